@@ -1,0 +1,12 @@
+# CUDA detection: CHRONOS_CUDA=AUTO turns the CUDA backend on when nvcc is found.
+include(CheckLanguage)
+set(CHRONOS_HAVE_CUDA OFF)
+if(NOT CHRONOS_CUDA STREQUAL "OFF")
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(CHRONOS_HAVE_CUDA ON)
+  elseif(CHRONOS_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "CHRONOS_CUDA=ON but no CUDA compiler (nvcc) was found")
+  endif()
+endif()
+message(STATUS "Chronos CUDA backend: ${CHRONOS_HAVE_CUDA}")

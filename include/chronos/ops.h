@@ -1,0 +1,61 @@
+// CPU ops: free functions over plain arrays; outputs first, inputs const, sizes explicit.
+// Activations are f32; weight matrices stay in their checkpoint dtype (F32, F16, BF16) and
+// are converted on the fly, accumulating in f32. Each op has a scalar reference in
+// kernels/cpu and AVX2/AVX-512 versions chosen once at run time.
+#pragma once
+
+#include <cstdint>
+
+#include "chronos/dtype.h"
+
+namespace chronos {
+
+class ThreadPool;
+
+// A row-major weight matrix [rows, cols] as nn.Linear stores it: rows = out features,
+// cols = in features, row r at data + r * cols * dtype_size(dtype).
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// Instruction set the kernels run with; kScalar is the reference.
+enum class Isa { kScalar, kAvx2, kAvx512 };
+Isa detect_isa();           // best the CPU supports
+Isa active_isa();           // what the ops below use
+void set_isa(Isa isa);      // for tests and benchmarks; clamps to detect_isa()
+const char* isa_name(Isa isa);
+
+namespace ops {
+
+// y[n_tokens, w.rows] = x[n_tokens, w.cols] · wᵀ. n_tokens == 1 is the bandwidth-bound
+// matrix-vector case; n_tokens > 1 is a real matrix-matrix product (each weight row is read
+// once per block of tokens). Threads split the rows of w.
+void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, ThreadPool& pool);
+
+// Same, single-threaded over rows [row_begin, row_end) of w; y keeps its full row stride
+// w.rows. For callers that already run inside a pool task.
+void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens,
+                 int64_t row_begin, int64_t row_end);
+
+// Copies row `row` of w into out[w.cols] as f32 (embedding lookup).
+void weight_row_to_f32(float* out, const WeightView& w, int64_t row);
+
+// y[n] = x[n] * rsqrt(mean(x^2) + eps) * weight[n]; y may alias x.
+void rmsnorm(float* y, const float* x, const float* weight, int64_t n, float eps);
+
+// x[n] = softmax(x[n]) in place, max-subtracted.
+void softmax(float* x, int64_t n);
+
+// out[n] = silu(gate[n]) * up[n]; out may alias gate or up.
+void silu_mul(float* out, const float* gate, const float* up, int64_t n);
+
+float dot(const float* a, const float* b, int64_t n);
+
+// y[n] += alpha * x[n]
+void axpy(float* y, float alpha, const float* x, int64_t n);
+
+}  // namespace ops
+}  // namespace chronos

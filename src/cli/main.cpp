@@ -1,0 +1,2 @@
+// chronos: the command-line entry point (placeholder until the subcommands land).
+int main() { return 0; }
