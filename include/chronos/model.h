@@ -1,0 +1,127 @@
+// Model: weights bound from a checkpoint by the architecture's tensor table, and the forward pass.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "chronos/model_config.h"
+#include "chronos/ops.h"
+#include "chronos/safetensors.h"
+
+namespace chronos {
+
+class ThreadPool;
+
+// One SwiGLU FFN: down(silu(gate(x)) * up(x)).
+struct FfnWeights {
+  WeightView gate;  // [n_ff, n_embd]
+  WeightView up;    // [n_ff, n_embd]
+  WeightView down;  // [n_embd, n_ff]
+  bool present() const { return gate.data != nullptr; }
+  int64_t n_bytes() const;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;      // [n_embd]
+  std::vector<float> ffn_norm;       // [n_embd]
+  WeightView wq, wk, wv, wo;         // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
+  std::vector<float> bq, bk, bv;     // [q_dim], [kv_dim], [kv_dim]; empty without biases
+  std::vector<float> q_norm, k_norm; // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
+  bool is_moe = false;
+  WeightView router;                 // [n_expert, n_embd]
+  std::vector<FfnWeights> experts;   // [n_expert]
+  FfnWeights shared;                 // shared expert (Qwen2-MoE), absent otherwise
+  WeightView shared_gate;            // [1, n_embd]
+  FfnWeights dense;                  // dense MLP of non-MoE layers
+};
+
+struct ModelWeights {
+  WeightView tok_embd;               // [n_vocab, n_embd]
+  std::vector<float> output_norm;    // [n_embd]
+  WeightView output;                 // [n_vocab, n_embd] (tok_embd when tied)
+  std::vector<LayerWeights> layers;  // [n_layer]
+};
+
+// Byte and parameter counts, for inspect and for the expert-cache budget.
+struct ModelSizes {
+  int64_t dense_params = 0, dense_bytes = 0;    // everything but routed experts
+  int64_t expert_params = 0, expert_bytes = 0;  // all routed experts
+  int64_t bytes_per_expert = 0;                 // one (layer, expert)
+  DType expert_dtype = DType::kF32;
+};
+
+// Keys and values of every layer for up to n_ctx positions, f32.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& cfg, int64_t n_ctx);
+  int64_t n_ctx() const { return n_ctx_; }
+  float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * n_ctx_ + pos) * kv_dim_; }  // [kv_dim]
+  float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * n_ctx_ + pos) * kv_dim_; }  // [kv_dim]
+  int64_t n_bytes() const { return int64_t((k_.size() + v_.size()) * sizeof(float)); }
+
+ private:
+  int64_t n_ctx_;
+  int64_t kv_dim_;
+  std::vector<float> k_, v_;  // [n_layer, n_ctx, kv_dim]
+};
+
+// Observes named intermediates ("attn_out", "ffn_out", "router_probs", ...): off unless set.
+using TraceFn = std::function<void(const char* name, int64_t layer, std::span<const float> values)>;
+
+// Routing decisions of one MoE layer for one token, reported to the RouteFn when set.
+struct RouteEvent {
+  int64_t layer;
+  int64_t token_index;                  // within the forward call
+  std::span<const int32_t> expert_ids;  // [n_expert_used]
+  std::span<const float> weights;       // [n_expert_used]
+  std::span<const float> probs;         // [n_expert] router softmax
+};
+using RouteFn = std::function<void(const RouteEvent&)>;
+
+class Model {
+ public:
+  // Reads config.json and the safetensors of `dir`, checks every tensor against the
+  // architecture's table (name, dtype, shape) and binds the weights (memory-mapped, no copy).
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir);
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  const ModelSizes& sizes() const { return sizes_; }
+
+  // Scratch for up to max_batch tokens per forward step, sized once (the forward allocates nothing).
+  struct Scratch;
+  std::unique_ptr<Scratch> make_scratch(int64_t max_batch, int64_t n_ctx) const;
+
+  // Runs tokens at positions pos .. pos + n - 1, appending their keys/values to kv, and writes
+  // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token. Prompts longer
+  // than the scratch batch are processed in chunks.
+  void forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& scratch,
+               ThreadPool& pool, float* logits, bool all_logits) const;
+
+  void set_trace(TraceFn fn) { trace_ = std::move(fn); }
+  void set_route_observer(RouteFn fn) { route_ = std::move(fn); }
+
+ private:
+  Model() = default;
+  void forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s,
+                     ThreadPool& pool, float* logits, bool all_logits) const;
+  void attention(int64_t il, int64_t n_tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool) const;
+  void moe(int64_t il, int64_t n_tokens, Scratch& s, ThreadPool& pool) const;
+  void dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,
+                 ThreadPool& pool) const;
+  void trace(const char* name, int64_t layer, const float* data, int64_t n) const;
+
+  ModelConfig config_;
+  TensorStore store_;
+  ModelWeights weights_;
+  ModelSizes sizes_;
+  TraceFn trace_;
+  RouteFn route_;
+};
+
+}  // namespace chronos

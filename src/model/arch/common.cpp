@@ -1,0 +1,76 @@
+// The architecture registry and the tensor-table pieces every Llama-style decoder shares.
+#include <fmt/format.h>
+
+#include <array>
+
+#include "chronos/error.h"
+#include "model/arch/arch.h"
+
+namespace chronos {
+
+std::span<const ArchSpec* const> all_archs() {
+  static const std::array<const ArchSpec*, 4> archs = {&arch_mixtral(), &arch_qwen2_moe(),
+                                                       &arch_qwen3_moe(), &arch_olmoe()};
+  return archs;
+}
+
+const ArchSpec* find_arch(std::string_view model_type) {
+  for (const ArchSpec* arch : all_archs())
+    if (model_type == arch->model_type) return arch;
+  return nullptr;
+}
+
+const ArchSpec& arch_spec(Arch arch) {
+  for (const ArchSpec* spec : all_archs())
+    if (spec->arch == arch) return *spec;
+  CHRONOS_CHECK_MSG(false, "unregistered architecture {}", int(arch));
+  return arch_mixtral();
+}
+
+void add_global_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
+  out.push_back({TensorRole::kTokenEmbd, -1, -1, "model.embed_tokens.weight", {c.n_vocab, c.n_embd}});
+  out.push_back({TensorRole::kOutputNorm, -1, -1, "model.norm.weight", {c.n_embd}});
+  if (!c.tie_word_embeddings)
+    out.push_back({TensorRole::kOutput, -1, -1, "lm_head.weight", {c.n_vocab, c.n_embd}});
+}
+
+void add_attention_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
+  const std::string p = fmt::format("model.layers.{}.", il);
+  out.push_back({TensorRole::kAttnNorm, il, -1, p + "input_layernorm.weight", {c.n_embd}});
+  out.push_back({TensorRole::kFfnNorm, il, -1, p + "post_attention_layernorm.weight", {c.n_embd}});
+  out.push_back({TensorRole::kAttnQ, il, -1, p + "self_attn.q_proj.weight", {c.q_dim(), c.n_embd}});
+  out.push_back({TensorRole::kAttnK, il, -1, p + "self_attn.k_proj.weight", {c.kv_dim(), c.n_embd}});
+  out.push_back({TensorRole::kAttnV, il, -1, p + "self_attn.v_proj.weight", {c.kv_dim(), c.n_embd}});
+  out.push_back({TensorRole::kAttnO, il, -1, p + "self_attn.o_proj.weight", {c.n_embd, c.q_dim()}});
+  if (c.attn_qkv_bias) {
+    out.push_back({TensorRole::kAttnQBias, il, -1, p + "self_attn.q_proj.bias", {c.q_dim()}});
+    out.push_back({TensorRole::kAttnKBias, il, -1, p + "self_attn.k_proj.bias", {c.kv_dim()}});
+    out.push_back({TensorRole::kAttnVBias, il, -1, p + "self_attn.v_proj.bias", {c.kv_dim()}});
+  }
+  if (c.qk_norm == QkNorm::kPerHead) {
+    out.push_back({TensorRole::kAttnQNorm, il, -1, p + "self_attn.q_norm.weight", {c.head_dim}});
+    out.push_back({TensorRole::kAttnKNorm, il, -1, p + "self_attn.k_norm.weight", {c.head_dim}});
+  } else if (c.qk_norm == QkNorm::kFullWidth) {
+    out.push_back({TensorRole::kAttnQNorm, il, -1, p + "self_attn.q_norm.weight", {c.q_dim()}});
+    out.push_back({TensorRole::kAttnKNorm, il, -1, p + "self_attn.k_norm.weight", {c.kv_dim()}});
+  }
+}
+
+void add_expert_tensors(const ModelConfig& c, int64_t il, const std::string& prefix, const char* gate,
+                        const char* up, const char* down, std::vector<TensorSpec>& out) {
+  for (int64_t e = 0; e < c.n_expert; ++e) {
+    const std::string p = fmt::format("model.layers.{}.{}.{}.", il, prefix, e);
+    out.push_back({TensorRole::kExpertGate, il, e, p + gate + ".weight", {c.n_ff_expert, c.n_embd}});
+    out.push_back({TensorRole::kExpertUp, il, e, p + up + ".weight", {c.n_ff_expert, c.n_embd}});
+    out.push_back({TensorRole::kExpertDown, il, e, p + down + ".weight", {c.n_embd, c.n_ff_expert}});
+  }
+}
+
+void add_dense_mlp_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
+  const std::string p = fmt::format("model.layers.{}.mlp.", il);
+  out.push_back({TensorRole::kDenseGate, il, -1, p + "gate_proj.weight", {c.n_ff_dense, c.n_embd}});
+  out.push_back({TensorRole::kDenseUp, il, -1, p + "up_proj.weight", {c.n_ff_dense, c.n_embd}});
+  out.push_back({TensorRole::kDenseDown, il, -1, p + "down_proj.weight", {c.n_embd, c.n_ff_dense}});
+}
+
+}  // namespace chronos

@@ -1,0 +1,43 @@
+// OLMoE: q/k RMSNorm over the whole projection, optional clip_qkv, every layer MoE.
+#include <fmt/format.h>
+
+#include "chronos/error.h"
+#include "model/arch/arch.h"
+
+namespace chronos {
+namespace {
+
+void read_config(const nlohmann::json& j, ModelConfig& c) {
+  c.n_expert = json_int(j, "num_experts");
+  c.n_ff_expert = json_int(j, "intermediate_size");
+  c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", false);
+  c.layer_is_moe.assign(size_t(c.n_layer), true);
+  c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-5));
+  c.qk_norm = QkNorm::kFullWidth;
+  if (json_bool_or(j, "attention_bias", false)) throw_error("attention_bias: true is not supported");
+  const double clip = json_number_or(j, "clip_qkv", 0.0);
+  if (clip < 0.0) throw_error("key 'clip_qkv' must not be negative");
+  if (clip > 0.0) c.clip_qkv = float(clip);
+  c.tie_word_embeddings = json_bool_or(j, "tie_word_embeddings", false);
+}
+
+std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  add_global_tensors(c, out);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    add_attention_tensors(c, il, out);
+    out.push_back({TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il),
+                   {c.n_expert, c.n_embd}});
+    add_expert_tensors(c, il, "mlp.experts", "gate_proj", "up_proj", "down_proj", out);
+  }
+  return out;
+}
+
+}  // namespace
+
+const ArchSpec& arch_olmoe() {
+  static const ArchSpec spec{Arch::kOlmoe, "olmoe", "OLMoE", read_config, tensor_table};
+  return spec;
+}
+
+}  // namespace chronos

@@ -1,0 +1,48 @@
+// Qwen2-MoE: q/k/v biases, a sigmoid-gated shared expert, dense layers by decoder_sparse_step.
+#include "model/arch/qwen_moe_common.h"
+
+namespace chronos {
+namespace {
+
+void read_config(const nlohmann::json& j, ModelConfig& c) {
+  c.n_expert = json_int_or(j, "num_experts", 0);
+  c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
+  c.n_ff_shared = json_int_or(j, "shared_expert_intermediate_size", 0);
+  c.shared_expert_gated = c.n_ff_shared > 0;
+  c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
+  c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", false);
+  c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-6));
+  c.attn_qkv_bias = json_bool_or(j, "qkv_bias", true);
+  c.tie_word_embeddings = json_bool_or(j, "tie_word_embeddings", false);
+  qwen_moe::read_layer_kinds(j, c);
+}
+
+std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  add_global_tensors(c, out);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    add_attention_tensors(c, il, out);
+    if (!c.layer_is_moe[size_t(il)]) {
+      add_dense_mlp_tensors(c, il, out);
+      continue;
+    }
+    qwen_moe::add_moe_tensors(c, il, out);
+    if (c.n_ff_shared > 0) {
+      const std::string p = fmt::format("model.layers.{}.mlp.", il);
+      out.push_back({TensorRole::kSharedGate, il, -1, p + "shared_expert.gate_proj.weight", {c.n_ff_shared, c.n_embd}});
+      out.push_back({TensorRole::kSharedUp, il, -1, p + "shared_expert.up_proj.weight", {c.n_ff_shared, c.n_embd}});
+      out.push_back({TensorRole::kSharedDown, il, -1, p + "shared_expert.down_proj.weight", {c.n_embd, c.n_ff_shared}});
+      out.push_back({TensorRole::kSharedExpertGate, il, -1, p + "shared_expert_gate.weight", {1, c.n_embd}});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const ArchSpec& arch_qwen2_moe() {
+  static const ArchSpec spec{Arch::kQwen2Moe, "qwen2_moe", "Qwen2-MoE", read_config, tensor_table};
+  return spec;
+}
+
+}  // namespace chronos

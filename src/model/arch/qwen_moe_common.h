@@ -1,0 +1,36 @@
+// Pieces shared by the Qwen2-MoE and Qwen3-MoE files: the dense/MoE layer rule and the MoE tensors.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "chronos/error.h"
+#include "model/arch/arch.h"
+
+namespace chronos::qwen_moe {
+
+// Layer i is MoE iff i is not in mlp_only_layers, experts exist and (i + 1) % decoder_sparse_step
+// == 0 (1-based modulo, as transformers writes it).
+inline void read_layer_kinds(const nlohmann::json& j, ModelConfig& c) {
+  const int64_t step = json_int_or(j, "decoder_sparse_step", 1);
+  if (step <= 0) throw_error("key 'decoder_sparse_step' must be positive (got {})", step);
+  std::vector<int64_t> mlp_only;
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null())
+    mlp_only = j["mlp_only_layers"].get<std::vector<int64_t>>();
+  c.layer_is_moe.assign(size_t(c.n_layer), false);
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+    c.layer_is_moe[size_t(i)] = !listed && c.n_expert > 0 && (i + 1) % step == 0;
+  }
+  if (json_bool_or(j, "use_sliding_window", false))
+    throw_error("use_sliding_window: true is not supported");
+}
+
+inline void add_moe_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
+  out.push_back({TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il),
+                 {c.n_expert, c.n_embd}});
+  add_expert_tensors(c, il, "mlp.experts", "gate_proj", "up_proj", "down_proj", out);
+}
+
+}  // namespace chronos::qwen_moe

@@ -1,0 +1,192 @@
+// ModelConfig::load: the only code that reads config.json; common keys here, quirks per arch.
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "chronos/error.h"
+#include "chronos/model_config.h"
+#include "model/arch/arch.h"
+
+namespace chronos {
+namespace {
+
+using nlohmann::json;
+
+json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw_error("{}: cannot open: no such file or not readable", path.string());
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw_error("{}: not valid JSON: {}", path.string(), e.what());
+  }
+}
+
+std::vector<int32_t> read_token_ids(const json& value, const char* key) {
+  std::vector<int32_t> ids;
+  if (value.is_null()) return ids;
+  if (value.is_number_integer()) {
+    ids.push_back(value.get<int32_t>());
+  } else if (value.is_array()) {
+    for (const auto& id : value) {
+      if (!id.is_number_integer()) throw_error("key '{}': expected integer token ids", key);
+      ids.push_back(id.get<int32_t>());
+    }
+  } else {
+    throw_error("key '{}': expected an integer or a list of integers", key);
+  }
+  return ids;
+}
+
+// rope_scaling (transformers v4) or rope_parameters (v5).
+void read_rope(const json& j, ModelConfig& cfg) {
+  const json* params = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) params = &j["rope_parameters"];
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) params = &j["rope_scaling"];
+  cfg.rope_theta = float(json_number_or(j, "rope_theta", cfg.rope_theta));
+  if (params == nullptr) return;
+  if (params->contains("rope_theta")) cfg.rope_theta = float(json_number_or(*params, "rope_theta", cfg.rope_theta));
+  std::string type = "default";
+  if (params->contains("rope_type")) type = (*params)["rope_type"].get<std::string>();
+  else if (params->contains("type")) type = (*params)["type"].get<std::string>();
+  if (type == "default") {
+    cfg.rope_type = RopeType::kDefault;
+  } else if (type == "linear") {
+    cfg.rope_type = RopeType::kLinear;
+    cfg.rope_factor = float(json_number_or(*params, "factor", 1.0));
+    if (!(cfg.rope_factor > 0.0f)) throw_error("rope_scaling: factor must be positive");
+  } else {
+    throw_error("rope_scaling type '{}' is not supported (supported: default, linear)", type);
+  }
+}
+
+void validate(const ModelConfig& c) {
+  auto positive = [](int64_t v, const char* key) {
+    if (v <= 0) throw_error("key '{}' must be positive (got {})", key, v);
+  };
+  positive(c.n_embd, "hidden_size");
+  positive(c.n_layer, "num_hidden_layers");
+  positive(c.n_head, "num_attention_heads");
+  positive(c.n_head_kv, "num_key_value_heads");
+  positive(c.head_dim, "head_dim");
+  positive(c.n_vocab, "vocab_size");
+  positive(c.n_ctx_train, "max_position_embeddings");
+  if (c.n_head % c.n_head_kv != 0)
+    throw_error("num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.n_head,
+                c.n_head_kv);
+  if (c.head_dim % 2 != 0) throw_error("head_dim ({}) must be even for rotary embeddings", c.head_dim);
+  if (c.n_moe_layers() > 0) {
+    positive(c.n_expert, "num_experts");
+    positive(c.n_ff_expert, "expert intermediate size");
+    if (c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
+      throw_error("num_experts_per_tok ({}) must be in [1, {}]", c.n_expert_used, c.n_expert);
+  }
+  if (std::ssize(c.layer_is_moe) != c.n_layer) throw_error("internal: layer_is_moe not filled");
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    if (!c.layer_is_moe[i] && c.n_ff_dense <= 0)
+      throw_error("layer {} is dense but intermediate_size is missing", i);
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    throw_error("rotary dimensions {} invalid for head_dim {}", c.n_rot, c.head_dim);
+  if (!(c.rms_norm_eps > 0.0f)) throw_error("rms_norm_eps must be positive");
+  if (!(c.rope_theta > 0.0f)) throw_error("rope_theta must be positive");
+}
+
+}  // namespace
+
+int64_t json_int(const json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) throw_error("missing key '{}'", key);
+  if (!j[key].is_number_integer()) throw_error("key '{}': expected an integer", key);
+  return j[key].get<int64_t>();
+}
+
+int64_t json_int_or(const json& j, const char* key, int64_t fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  return json_int(j, key);
+}
+
+double json_number_or(const json& j, const char* key, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) throw_error("key '{}': expected a number", key);
+  return j[key].get<double>();
+}
+
+bool json_bool_or(const json& j, const char* key, bool fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean()) throw_error("key '{}': expected true or false", key);
+  return j[key].get<bool>();
+}
+
+int64_t ModelConfig::n_moe_layers() const {
+  int64_t n = 0;
+  for (bool moe : layer_is_moe) n += moe;
+  return n;
+}
+
+const char* ModelConfig::arch_name() const { return arch_spec(arch).name; }
+
+ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir))
+    throw_error("{}: model folder does not exist or is not a folder", dir.string());
+  const auto path = dir / "config.json";
+  const json j = read_json_file(path);
+  ModelConfig cfg;
+  try {
+    if (!j.is_object()) throw_error("expected a JSON object");
+    if (!j.contains("model_type") || !j["model_type"].is_string()) throw_error("missing key 'model_type'");
+    cfg.model_type = j["model_type"].get<std::string>();
+    const ArchSpec* arch = find_arch(cfg.model_type);
+    if (arch == nullptr) {
+      std::vector<std::string> known;
+      for (const ArchSpec* a : all_archs()) known.emplace_back(a->model_type);
+      throw_error("architecture '{}' is not supported (supported: {})", cfg.model_type,
+                  fmt::join(known, ", "));
+    }
+    cfg.arch = arch->arch;
+    cfg.n_embd = json_int(j, "hidden_size");
+    cfg.n_layer = json_int(j, "num_hidden_layers");
+    cfg.n_head = json_int(j, "num_attention_heads");
+    cfg.n_head_kv = json_int_or(j, "num_key_value_heads", cfg.n_head);
+    cfg.n_vocab = json_int(j, "vocab_size");
+    cfg.n_ctx_train = json_int_or(j, "max_position_embeddings", 4096);
+    cfg.head_dim = json_int_or(j, "head_dim", cfg.n_head > 0 ? cfg.n_embd / cfg.n_head : 0);
+    cfg.n_expert_used = json_int_or(j, "num_experts_per_tok", 0);
+    if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+      throw_error("hidden_act '{}' is not supported (only silu)", j["hidden_act"].dump());
+    const double partial = json_number_or(j, "partial_rotary_factor", 1.0);
+    cfg.n_rot = int64_t(double(cfg.head_dim) * partial);
+    if (json_number_or(j, "router_jitter_noise", 0.0) != 0.0)
+      spdlog::debug("config.json: router_jitter_noise is a training option; ignored");
+    if (j.contains("quantization_config"))
+      throw_error("quantized checkpoints (quantization_config) are not supported");
+    read_rope(j, cfg);
+    arch->read_config(j, cfg);  // expert counts, FFN sizes, norms, biases, windows, eps
+    if (j.contains("bos_token_id")) {
+      auto ids = read_token_ids(j["bos_token_id"], "bos_token_id");
+      if (!ids.empty()) cfg.bos_token_id = ids.front();
+    }
+    if (j.contains("eos_token_id")) cfg.eos_token_ids = read_token_ids(j["eos_token_id"], "eos_token_id");
+    validate(cfg);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path.string(), e.what()));
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: {}", path.string(), e.what()));
+  }
+  // generation_config.json's eos list wins when present (HF does the same).
+  const auto gen_path = dir / "generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    const json g = read_json_file(gen_path);
+    try {
+      if (g.contains("eos_token_id")) {
+        auto ids = read_token_ids(g["eos_token_id"], "eos_token_id");
+        if (!ids.empty()) cfg.eos_token_ids = ids;
+      }
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", gen_path.string(), e.what()));
+    }
+  }
+  return cfg;
+}
+
+}  // namespace chronos

@@ -1,0 +1,121 @@
+// The decoder forward pass: embed -> [attention, FFN/MoE] per layer -> final norm -> logits.
+#include <algorithm>
+#include <cmath>
+
+#include "chronos/error.h"
+#include "chronos/model.h"
+#include "chronos/thread_pool.h"
+#include "model/scratch.h"
+
+namespace chronos {
+
+std::unique_ptr<Model::Scratch> Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
+  const ModelConfig& c = config_;
+  CHRONOS_CHECK(max_batch > 0 && n_ctx > 0);
+  auto s = std::make_unique<Scratch>();
+  s->max_batch = max_batch;
+  s->n_ctx = n_ctx;
+  const int64_t slots = max_batch * std::max<int64_t>(c.n_expert_used, 1);
+  const int64_t n_ff = std::max({c.n_ff_expert, c.n_ff_shared, c.n_ff_dense});
+  s->x.resize(size_t(max_batch * c.n_embd));
+  s->xn.resize(size_t(max_batch * c.n_embd));
+  s->q.resize(size_t(max_batch * c.q_dim()));
+  s->k.resize(size_t(max_batch * c.kv_dim()));
+  s->v.resize(size_t(max_batch * c.kv_dim()));
+  s->attn.resize(size_t(max_batch * c.q_dim()));
+  s->ffn_out.resize(size_t(max_batch * c.n_embd));
+  s->ff_gate.resize(size_t(std::max(slots, max_batch) * n_ff));
+  s->ff_up.resize(s->ff_gate.size());
+  s->ff_in.resize(size_t(slots * c.n_embd));
+  s->ff_down.resize(size_t(std::max(slots, max_batch) * c.n_embd));
+  s->router.resize(size_t(max_batch * std::max<int64_t>(c.n_expert, 1)));
+  s->top_ids.resize(size_t(slots));
+  s->top_w.resize(size_t(slots));
+  s->expert_rows.resize(size_t(c.n_expert + 1));
+  s->row_token.resize(size_t(slots));
+  s->row_weight.resize(size_t(slots));
+  s->fill.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
+  s->items.reserve(size_t(std::max<int64_t>(c.n_expert, 1) * 64));
+  s->logits.resize(size_t(c.n_vocab));
+
+  // RoPE tables computed in f32 the way transformers does: inv_freq = 1 / theta^(2i/d),
+  // angle = pos * inv_freq (f32), then cos/sin of that f32 angle.
+  const int64_t half = c.n_rot / 2;
+  s->rope_cos.resize(size_t(n_ctx * half));
+  s->rope_sin.resize(size_t(n_ctx * half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = float(2 * i) / float(c.n_rot);
+    float inv_freq = 1.0f / std::pow(c.rope_theta, exponent);
+    if (c.rope_type == RopeType::kLinear) inv_freq /= c.rope_factor;
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      const float angle = float(p) * inv_freq;
+      s->rope_cos[size_t(p * half + i)] = float(std::cos(double(angle)));
+      s->rope_sin[size_t(p * half + i)] = float(std::sin(double(angle)));
+    }
+  }
+  return s;
+}
+
+void Model::trace(const char* name, int64_t layer, const float* data, int64_t n) const {
+  if (trace_) trace_(name, layer, std::span<const float>(data, size_t(n)));
+}
+
+void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
+                    float* logits, bool all_logits) const {
+  const int64_t n = std::ssize(tokens);
+  CHRONOS_CHECK(n > 0);
+  if (pos + n > kv.n_ctx() || pos + n > s.n_ctx)
+    throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), s.n_ctx));
+  for (int64_t begin = 0; begin < n; begin += s.max_batch) {
+    const int64_t count = std::min(s.max_batch, n - begin);
+    const bool last = begin + count == n;
+    float* out = all_logits ? logits + begin * config_.n_vocab : (last ? logits : nullptr);
+    forward_chunk(tokens.subspan(size_t(begin), size_t(count)), pos + begin, kv, s, pool, out, all_logits);
+  }
+}
+
+void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s,
+                          ThreadPool& pool, float* logits, bool all_logits) const {
+  const ModelConfig& c = config_;
+  const int64_t n = std::ssize(tokens);
+  const int64_t d = c.n_embd;
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t id = tokens[size_t(t)];
+    if (id < 0 || id >= c.n_vocab) throw_error("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
+    ops::weight_row_to_f32(s.x.data() + t * d, weights_.tok_embd, id);  // [n, n_embd]
+  }
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& layer = weights_.layers[size_t(il)];
+    for (int64_t t = 0; t < n; ++t)
+      ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.attn_norm.data(), d, c.rms_norm_eps);
+    attention(il, n, pos, kv, s, pool);  // s.ffn_out <- attention output [n, n_embd]
+    trace("attn_out", il, s.ffn_out.data(), n * d);
+    for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
+
+    for (int64_t t = 0; t < n; ++t)
+      ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.ffn_norm.data(), d, c.rms_norm_eps);
+    if (layer.is_moe) moe(il, n, s, pool);
+    else dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool);
+    trace("ffn_out", il, s.ffn_out.data(), n * d);
+    for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
+    trace("layer_out", il, s.x.data(), n * d);
+  }
+  if (logits == nullptr) return;
+  // Only the rows whose logits are wanted go through the final norm and the LM head.
+  const int64_t first = all_logits ? 0 : n - 1;
+  const int64_t rows = n - first;
+  for (int64_t t = first; t < n; ++t)
+    ops::rmsnorm(s.xn.data() + (t - first) * d, s.x.data() + t * d, weights_.output_norm.data(), d, c.rms_norm_eps);
+  ops::matmul(logits, s.xn.data(), weights_.output, rows, pool);  // [rows, n_vocab]
+}
+
+void Model::dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,
+                      ThreadPool& pool) const {
+  const int64_t n_ff = ffn.gate.rows;
+  ops::matmul(s.ff_gate.data(), in, ffn.gate, n_tokens, pool);  // [n, n_ff]
+  ops::matmul(s.ff_up.data(), in, ffn.up, n_tokens, pool);      // [n, n_ff]
+  ops::silu_mul(s.ff_gate.data(), s.ff_gate.data(), s.ff_up.data(), n_tokens * n_ff);
+  ops::matmul(out, s.ff_gate.data(), ffn.down, n_tokens, pool);  // [n, n_embd]
+}
+
+}  // namespace chronos

@@ -1,0 +1,118 @@
+// The MoE block: router -> top-k -> grouped SwiGLU experts -> weighted sum (+ gated shared expert).
+#include <algorithm>
+#include <cmath>
+
+#include "chronos/model.h"
+#include "chronos/thread_pool.h"
+#include "model/scratch.h"
+
+namespace chronos {
+namespace {
+
+// Top-k of probs[n] by value, ties to the lower index; ids/weights sorted by descending value.
+void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k) {
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      bool taken = false;
+      for (int64_t prev = 0; prev < slot; ++prev) taken |= ids[prev] == e;
+      if (!taken && (best < 0 || probs[e] > probs[best])) best = int32_t(e);
+    }
+    ids[slot] = best;
+    weights[slot] = probs[best];
+  }
+}
+
+constexpr int64_t kRowChunk = 32;            // fewest rows of one expert matrix per pool task
+constexpr int64_t kMaxChunksPerExpert = 64;  // bounds the work list (sized at load)
+
+}  // namespace
+
+void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
+  const ModelConfig& c = config_;
+  const LayerWeights& l = weights_.layers[size_t(il)];
+  const int64_t d = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used, n_ff = c.n_ff_expert;
+
+  // Router: probabilities over experts, top-k, optional renormalization.
+  ops::matmul(s.router.data(), s.xn.data(), l.router, n, pool);  // [n, n_expert]
+  std::fill(s.fill.begin(), s.fill.begin() + n_exp, 0);
+  for (int64_t t = 0; t < n; ++t) {
+    float* probs = s.router.data() + t * n_exp;
+    ops::softmax(probs, n_exp);
+    int32_t* ids = s.top_ids.data() + t * k;
+    float* w = s.top_w.data() + t * k;
+    top_k(ids, w, probs, n_exp, k);
+    if (c.norm_topk_prob) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < k; ++j) sum += w[j];
+      for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+    }
+    for (int64_t j = 0; j < k; ++j) ++s.fill[size_t(ids[j])];
+    if (route_) route_(RouteEvent{il, t, {ids, size_t(k)}, {w, size_t(k)}, {probs, size_t(n_exp)}});
+  }
+  trace("router_probs", il, s.router.data(), n * n_exp);
+
+  // Group the (token, expert) pairs by expert: rows expert_rows[e] .. expert_rows[e+1] of ff_in.
+  s.expert_rows[0] = 0;
+  for (int64_t e = 0; e < n_exp; ++e) s.expert_rows[size_t(e + 1)] = s.expert_rows[size_t(e)] + s.fill[size_t(e)];
+  std::fill(s.fill.begin(), s.fill.begin() + n_exp, 0);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = s.top_ids[size_t(t * k + j)];
+      const int64_t row = s.expert_rows[size_t(e)] + s.fill[size_t(e)]++;
+      s.row_token[size_t(row)] = int32_t(t);
+      s.row_weight[size_t(row)] = s.top_w[size_t(t * k + j)];
+      std::copy_n(s.xn.data() + t * d, d, s.ff_in.data() + row * d);
+    }
+  }
+
+  // Work items are (active expert, chunk of rows); one pool dispatch computes gate and up of every
+  // active expert, a second computes down. Small experts and large ones both spread over threads.
+  auto build_items = [&](int64_t rows_per_expert) {
+    const int64_t chunk = std::max(kRowChunk, (rows_per_expert + kMaxChunksPerExpert - 1) / kMaxChunksPerExpert);
+    s.items.clear();
+    for (int64_t e = 0; e < n_exp; ++e) {
+      if (s.expert_rows[size_t(e + 1)] == s.expert_rows[size_t(e)]) continue;
+      for (int64_t r = 0; r < rows_per_expert; r += chunk)
+        s.items.push_back({int32_t(e), int32_t(r), int32_t(std::min(r + chunk, rows_per_expert))});
+    }
+  };
+  build_items(n_ff);
+  pool.run(std::ssize(s.items), [&](int64_t i) {
+    const auto item = s.items[size_t(i)];
+    const FfnWeights& ex = l.experts[size_t(item.expert)];
+    const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
+    ops::matmul_rows(s.ff_gate.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.gate, rows, item.row_begin, item.row_end);
+    ops::matmul_rows(s.ff_up.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.up, rows, item.row_begin, item.row_end);
+  });
+  const int64_t n_rows = n * k;
+  ops::silu_mul(s.ff_gate.data(), s.ff_gate.data(), s.ff_up.data(), n_rows * n_ff);
+  build_items(d);
+  pool.run(std::ssize(s.items), [&](int64_t i) {
+    const auto item = s.items[size_t(i)];
+    const FfnWeights& ex = l.experts[size_t(item.expert)];
+    const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
+    ops::matmul_rows(s.ff_down.data() + r0 * d, s.ff_gate.data() + r0 * n_ff, ex.down, rows, item.row_begin, item.row_end);
+  });
+
+  // Weighted sum per token; rows are in expert order, so the reduction order is fixed.
+  std::fill(s.ffn_out.begin(), s.ffn_out.begin() + n * d, 0.0f);
+  for (int64_t row = 0; row < n_rows; ++row)
+    ops::axpy(s.ffn_out.data() + s.row_token[size_t(row)] * d, s.row_weight[size_t(row)], s.ff_down.data() + row * d, d);
+
+  if (l.shared.present()) {
+    // y += sigmoid(x · w_sg) * SwiGLU_shared(x); ff_in is free again and holds the shared output.
+    dense_ffn(l.shared, n, s.xn.data(), s.ff_in.data(), s, pool);
+    for (int64_t t = 0; t < n; ++t) {
+      float gate = 1.0f;
+      if (c.shared_expert_gated) {
+        float logit = 0.0f;
+        ops::matmul_rows(&logit, s.xn.data() + t * d, l.shared_gate, 1, 0, 1);
+        gate = 1.0f / (1.0f + std::exp(-logit));
+      }
+      ops::axpy(s.ffn_out.data() + t * d, gate, s.ff_in.data() + t * d, d);
+    }
+  }
+}
+
+}  // namespace chronos

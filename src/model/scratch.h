@@ -1,0 +1,38 @@
+// Model::Scratch: every activation buffer of the forward pass, sized once from the config.
+#pragma once
+
+#include <vector>
+
+#include "chronos/model.h"
+
+namespace chronos {
+
+struct Model::Scratch {
+  int64_t max_batch = 0;
+  int64_t n_ctx = 0;
+  std::vector<float> x;          // [max_batch, n_embd] residual stream
+  std::vector<float> xn;         // [max_batch, n_embd] normed input of a sub-block
+  std::vector<float> q;          // [max_batch, q_dim]
+  std::vector<float> k;          // [max_batch, kv_dim]
+  std::vector<float> v;          // [max_batch, kv_dim]
+  std::vector<float> attn;       // [max_batch, q_dim]
+  std::vector<float> ffn_out;    // [max_batch, n_embd]
+  std::vector<float> ff_gate;    // [max_batch * max(n_expert_used, 1), n_ff_max]
+  std::vector<float> ff_up;      // same
+  std::vector<float> ff_in;      // [max_batch * max(n_expert_used, 1), n_embd] gathered expert inputs
+  std::vector<float> ff_down;    // same shape, expert outputs
+  std::vector<float> router;     // [max_batch, n_expert] logits, then probabilities
+  std::vector<int32_t> top_ids;  // [max_batch, n_expert_used]
+  std::vector<float> top_w;      // [max_batch, n_expert_used]
+  std::vector<int32_t> expert_rows;   // [n_expert + 1] row offsets per expert in ff_in
+  std::vector<int32_t> row_token;     // [max_batch * n_expert_used] token of each gathered row
+  std::vector<float> row_weight;      // [max_batch * n_expert_used]
+  std::vector<int32_t> fill;          // [n_expert]
+  struct WorkItem { int32_t expert, row_begin, row_end; };
+  std::vector<WorkItem> items;        // capacity n_expert * 64: (expert, row range) tasks
+  std::vector<float> rope_cos;   // [n_ctx, n_rot / 2]
+  std::vector<float> rope_sin;   // [n_ctx, n_rot / 2]
+  std::vector<float> logits;     // [n_vocab] logits of the last token when not requested all
+};
+
+}  // namespace chronos

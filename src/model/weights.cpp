@@ -1,0 +1,148 @@
+// Model::load: binds every tensor of the architecture's table, checking name, dtype and shape.
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <set>
+
+#include "chronos/error.h"
+#include "chronos/model.h"
+#include "model/arch/arch.h"
+
+namespace chronos {
+namespace {
+
+bool is_float_dtype(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+WeightView as_matrix(const TensorInfo& t) {
+  return WeightView{t.data, t.dtype, t.shape[0], t.shape.size() > 1 ? t.shape[1] : 1};
+}
+
+std::vector<float> to_f32_vector(const TensorInfo& t) {
+  std::vector<float> out(size_t(t.n_elements()));
+  WeightView row{t.data, t.dtype, 1, t.n_elements()};
+  ops::weight_row_to_f32(out.data(), row, 0);
+  return out;
+}
+
+std::vector<float>& vector_slot(LayerWeights& l, TensorRole role) {
+  switch (role) {
+    case TensorRole::kAttnNorm: return l.attn_norm;
+    case TensorRole::kFfnNorm: return l.ffn_norm;
+    case TensorRole::kAttnQBias: return l.bq;
+    case TensorRole::kAttnKBias: return l.bk;
+    case TensorRole::kAttnVBias: return l.bv;
+    case TensorRole::kAttnQNorm: return l.q_norm;
+    case TensorRole::kAttnKNorm: return l.k_norm;
+    default: break;
+  }
+  CHRONOS_CHECK_MSG(false, "role {} is not a vector", int(role));
+  return l.attn_norm;
+}
+
+WeightView& matrix_slot(LayerWeights& l, const TensorSpec& spec) {
+  switch (spec.role) {
+    case TensorRole::kAttnQ: return l.wq;
+    case TensorRole::kAttnK: return l.wk;
+    case TensorRole::kAttnV: return l.wv;
+    case TensorRole::kAttnO: return l.wo;
+    case TensorRole::kRouter: return l.router;
+    case TensorRole::kExpertGate: return l.experts[size_t(spec.expert)].gate;
+    case TensorRole::kExpertUp: return l.experts[size_t(spec.expert)].up;
+    case TensorRole::kExpertDown: return l.experts[size_t(spec.expert)].down;
+    case TensorRole::kSharedGate: return l.shared.gate;
+    case TensorRole::kSharedUp: return l.shared.up;
+    case TensorRole::kSharedDown: return l.shared.down;
+    case TensorRole::kSharedExpertGate: return l.shared_gate;
+    case TensorRole::kDenseGate: return l.dense.gate;
+    case TensorRole::kDenseUp: return l.dense.up;
+    case TensorRole::kDenseDown: return l.dense.down;
+    default: break;
+  }
+  CHRONOS_CHECK_MSG(false, "role {} is not a matrix", int(spec.role));
+  return l.wq;
+}
+
+bool is_vector_role(TensorRole role) {
+  switch (role) {
+    case TensorRole::kAttnNorm: case TensorRole::kFfnNorm: case TensorRole::kAttnQBias:
+    case TensorRole::kAttnKBias: case TensorRole::kAttnVBias: case TensorRole::kAttnQNorm:
+    case TensorRole::kAttnKNorm: case TensorRole::kOutputNorm:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+int64_t FfnWeights::n_bytes() const {
+  auto bytes = [](const WeightView& w) { return w.rows * w.cols * dtype_size(w.dtype); };
+  return present() ? bytes(gate) + bytes(up) + bytes(down) : 0;
+}
+
+KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx)
+    : n_ctx_(n_ctx), kv_dim_(cfg.kv_dim()),
+      k_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())), v_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())) {}
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
+  std::unique_ptr<Model> model(new Model());
+  model->config_ = ModelConfig::load(dir);
+  const ModelConfig& c = model->config_;
+  model->store_ = TensorStore::open(dir);
+  const TensorStore& store = model->store_;
+
+  ModelWeights& w = model->weights_;
+  w.layers.resize(size_t(c.n_layer));
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    w.layers[size_t(il)].is_moe = c.layer_is_moe[size_t(il)];
+    if (c.layer_is_moe[size_t(il)]) w.layers[size_t(il)].experts.resize(size_t(c.n_expert));
+  }
+
+  const std::vector<TensorSpec> table = arch_spec(c.arch).tensor_table(c);
+  std::set<std::string, std::less<>> used;
+  ModelSizes& sizes = model->sizes_;
+  for (const TensorSpec& spec : table) {
+    const TensorInfo* t = store.find(spec.name);
+    if (t == nullptr) throw_error("{}: tensor {} is missing ({} expects it)", dir.string(), spec.name, c.arch_name());
+    if (!is_float_dtype(t->dtype))
+      throw_error("{}: tensor {}: dtype {} is not supported (F32, F16 or BF16)", t->file, spec.name,
+                  dtype_name(t->dtype));
+    if (t->shape != spec.shape)
+      throw_error("{}: tensor {}: shape [{}], expected [{}]", t->file, spec.name, fmt::join(t->shape, ","),
+                  fmt::join(spec.shape, ","));
+    used.insert(spec.name);
+    const bool routed = spec.expert >= 0;
+    (routed ? sizes.expert_params : sizes.dense_params) += t->n_elements();
+    (routed ? sizes.expert_bytes : sizes.dense_bytes) += t->n_bytes;
+    if (routed) sizes.expert_dtype = t->dtype;
+
+    if (spec.layer < 0) {
+      switch (spec.role) {
+        case TensorRole::kTokenEmbd: w.tok_embd = as_matrix(*t); break;
+        case TensorRole::kOutputNorm: w.output_norm = to_f32_vector(*t); break;
+        case TensorRole::kOutput: w.output = as_matrix(*t); break;
+        default: CHRONOS_CHECK_MSG(false, "global role {}", int(spec.role));
+      }
+      continue;
+    }
+    LayerWeights& layer = w.layers[size_t(spec.layer)];
+    if (is_vector_role(spec.role)) vector_slot(layer, spec.role) = to_f32_vector(*t);
+    else matrix_slot(layer, spec) = as_matrix(*t);
+  }
+  if (c.tie_word_embeddings) {
+    w.output = w.tok_embd;
+    if (store.find("lm_head.weight") != nullptr) used.insert("lm_head.weight");
+  }
+  int64_t n_unused = 0;
+  for (const TensorInfo* t : store.all()) {
+    if (used.count(t->name) == 0) {
+      if (n_unused++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", t->file, t->name, c.arch_name());
+    }
+  }
+  if (c.n_moe_layers() > 0) sizes.bytes_per_expert = sizes.expert_bytes / (c.n_moe_layers() * c.n_expert);
+  return model;
+}
+
+}  // namespace chronos
