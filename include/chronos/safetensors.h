@@ -64,6 +64,7 @@ class TensorStore {
   int64_t total_bytes() const;
 
  private:
+  std::filesystem::path source_;  // what open() was given, for error messages
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
 };

@@ -1,0 +1,353 @@
+#!/usr/bin/env python3
+"""Builds the tiny reference checkpoints in tests/fixtures/models with Hugging Face transformers.
+
+Each model folder is exactly what `save_pretrained` writes (config.json, generation_config.json,
+safetensors weights, tokenizer.json, tokenizer_config.json) plus reference.json: logits for every
+position of three fixed token-id prompts, their 32-token greedy continuations, and one text case.
+See tests/fixtures/README.md for the layout and the regeneration command.
+
+Usage:
+  python3 tools/make_test_models.py                 # regenerate everything, then verify
+  python3 tools/make_test_models.py --verify-only   # reload each folder, check reference.json
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import tokenizers
+import transformers
+from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,
+                          OlmoeConfig, OlmoeForCausalLM, PreTrainedTokenizerFast, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "tests" / "fixtures" / "models"
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+VOCAB_SIZE = 384
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
+    " + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}")
+# Qwen2's pre-tokenizer split pattern (tokenizer.json of Qwen/Qwen1.5-MoE-A2.7B).
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+N_NEW_TOKENS = 32
+PROMPT_LENGTHS = (5, 12, 40)
+TEXT_PROMPT = "The river keeps its own time, and the"
+CHAT_MESSAGES = [{"role": "user", "content": "Tell me about the old mill."}]
+
+# A few KB of plain text to train the byte-level BPE on. Varied on purpose: prose, numbers,
+# code, punctuation and some non-ASCII so multi-byte UTF-8 sequences appear in the merges.
+CORPUS = """
+The river keeps its own time. In spring it runs high and brown with snowmelt from the hills,
+and the old mill by the bridge turns faster than it has all year. By late summer the water is
+low and clear, and children wade out to the flat stones to look for crayfish under the weeds.
+The miller's daughter kept a ledger of the river's height for forty years: 1.2 metres in April,
+0.4 metres in August, and once, in the flood of 1968, nearly 3 metres over the lower steps.
+Nobody in the village reads the ledger now, but it sits on a shelf in the library, next to a
+book of photographs and a map of the county drawn by hand in 1902.
+
+A good engineer measures before changing anything. She writes down what she expects to see,
+runs the experiment, and compares the numbers with the prediction. When they disagree, the
+disagreement is the interesting part: either the model of the system was wrong, or the
+measurement was. Both happen often. The habit that matters is to keep the records honest and
+to say plainly what was not measured.
+
+def mean(values):
+    total = 0.0
+    for value in values:
+        total += value
+    return total / len(values)
+
+for (int i = 0; i < n; ++i) { sum += x[i] * w[i]; }
+print("hello, world")  # 42 == 6 * 7
+
+The café on the corner serves crêpes and a naïve little cake called the "señor". Über-fresh
+bread arrives at 6:30 every morning. Prices: 3,50 € for coffee, 2 £ in the English shop, and
+¥300 at the station kiosk. 日本語のテキストも少し。Ελληνικά και русский текст тоже.
+
+Questions people ask at the mill: How old is the wheel? Who built the bridge? Why does the
+water sound different at night? The answers are written on a board by the door: the wheel is
+from 1887, the bridge was built by the county in 1911, and the water sounds different at night
+because the wind drops and the road is quiet, so you hear the weir from the whole valley.
+
+Mixture-of-experts models route each token to a few experts out of many. The router is a
+small linear layer followed by a softmax; the top-k experts are evaluated and their outputs
+are mixed with the routing weights. Most parameters sit in the experts, yet each token only
+touches a small fraction of them, which is why memory bandwidth, not arithmetic, sets the
+speed of decoding on a single machine.
+
+Weather report: cloudy, 14 degrees, wind from the west at 20 km/h; rain later in the evening.
+Tomorrow: sunny spells, 17 degrees. The weekend looks dry. Sunrise 06:12, sunset 20:47.
+"""
+
+# name, architecture, dtype, options. Every architecture in float32 and bfloat16 (same weights),
+# plus a tied-embedding Mixtral and a sharded copy of the float32 Qwen2-MoE.
+VARIANTS = [
+    ("mixtral-f32", "mixtral", torch.float32, {}),
+    ("mixtral-bf16", "mixtral", torch.bfloat16, {}),
+    ("mixtral-tied-f32", "mixtral", torch.float32, {"tie": True}),
+    ("qwen2_moe-f32", "qwen2_moe", torch.float32, {}),
+    ("qwen2_moe-bf16", "qwen2_moe", torch.bfloat16, {}),
+    ("qwen2_moe-sharded-f32", "qwen2_moe", torch.float32, {"shard": "200KB"}),
+    ("qwen3_moe-f32", "qwen3_moe", torch.float32, {}),
+    ("qwen3_moe-bf16", "qwen3_moe", torch.bfloat16, {}),
+    ("olmoe-f32", "olmoe", torch.float32, {}),
+    ("olmoe-bf16", "olmoe", torch.bfloat16, {}),
+]
+ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44}
+
+
+def train_tokenizer():
+    """A Qwen2-style byte-level BPE trained on CORPUS, wrapped as a fast HF tokenizer."""
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([CORPUS], trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>", bos_token=None, unk_token=None,
+                                   chat_template=CHATML_TEMPLATE, model_max_length=256)
+
+
+def build_config(arch, vocab_size, eos_id, tie):
+    common = dict(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, num_experts_per_tok=2, max_position_embeddings=256,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                  tie_word_embeddings=tie, bos_token_id=None, eos_token_id=eos_id,
+                  pad_token_id=eos_id, rms_norm_eps=1e-6)
+    if arch == "mixtral":
+        return MixtralConfig(**common, intermediate_size=32, num_local_experts=8), MixtralForCausalLM
+    if arch == "qwen2_moe":
+        # Layer 1 is a dense MLP (mlp_only_layers), so both MLP paths are exercised.
+        return Qwen2MoeConfig(**common, intermediate_size=48, moe_intermediate_size=32,
+                              shared_expert_intermediate_size=40, num_experts=8,
+                              decoder_sparse_step=1, mlp_only_layers=[1], norm_topk_prob=False,
+                              qkv_bias=True), Qwen2MoeForCausalLM
+    if arch == "qwen3_moe":
+        # head_dim 32 != hidden/heads = 16: q_proj is [128, 64], o_proj [64, 128].
+        return Qwen3MoeConfig(**common, head_dim=32, intermediate_size=48, moe_intermediate_size=32,
+                              num_experts=8, decoder_sparse_step=1, mlp_only_layers=[],
+                              norm_topk_prob=True), Qwen3MoeForCausalLM
+    if arch == "olmoe":
+        return OlmoeConfig(**common, intermediate_size=32, num_experts=8, norm_topk_prob=False,
+                           clip_qkv=None), OlmoeForCausalLM
+    raise ValueError(arch)
+
+
+@torch.no_grad()
+def reinitialize(model, seed):
+    """Weights large enough that logits are spread, routing is uneven and greedy text varies
+    (the default std 0.02 gives near-uniform logits and degenerate continuations)."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, param in model.named_parameters():
+        noise = torch.randn(param.shape, generator=gen)
+        if "norm" in name:
+            value = 1.0 + 0.15 * noise
+        elif name.endswith(".bias"):
+            value = 0.2 * noise
+        elif "embed_tokens" in name:
+            value = 0.6 * noise
+        elif name.endswith("mlp.gate.weight"):  # routers
+            value = 0.6 * noise
+        elif "lm_head" in name:
+            value = 0.35 * noise
+        else:
+            value = 0.25 * noise
+        param.copy_(value.to(param.dtype))
+
+
+def fixed_prompts(vocab_size, n_special):
+    gen = torch.Generator().manual_seed(1234)
+    return [torch.randint(n_special, vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+
+
+def compact(values):
+    """float32 values as the shortest decimal strings that round-trip, to keep JSON small."""
+    return [float(np.format_float_positional(v, unique=True, trim="-")) for v in
+            np.asarray(values, dtype=np.float32).ravel()]
+
+
+@torch.no_grad()
+def greedy(model, ids):
+    """32 greedy tokens; eos neither stops nor is suppressed (generation eos is unset)."""
+    out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=N_NEW_TOKENS,
+                         min_new_tokens=N_NEW_TOKENS, eos_token_id=None, pad_token_id=0,
+                         attention_mask=torch.ones(1, len(ids), dtype=torch.long))
+    return out[0, len(ids):].tolist()
+
+
+@torch.no_grad()
+def full_logits(model, ids):
+    return model(torch.tensor([ids])).logits[0].float()  # [n_tokens, vocab]
+
+
+@torch.no_grad()
+def greedy_margins(model, ids, continuation):
+    """Top-1 minus top-2 logit at each greedy step: a small margin means a consumer computing in
+    a different precision may legitimately pick another token there."""
+    logits = full_logits(model, ids + continuation)[len(ids) - 1:-1]  # [32, vocab]
+    top2 = logits.topk(2, dim=-1).values
+    chosen = logits.argmax(-1).tolist()
+    if chosen != continuation:
+        raise RuntimeError(f"generate() disagrees with a full-sequence argmax: {chosen} vs {continuation}")
+    return compact((top2[:, 0] - top2[:, 1]).numpy())
+
+
+def make_reference(model, tokenizer, dtype):
+    vocab = model.config.vocab_size
+    cases = []
+    for ids in fixed_prompts(vocab, len(SPECIAL_TOKENS)):
+        continuation = greedy(model, ids)
+        cases.append({"ids": ids, "logits": [compact(row) for row in full_logits(model, ids).numpy()],
+                      "greedy": continuation, "greedy_margins": greedy_margins(model, ids, continuation)})
+    text_ids = tokenizer(TEXT_PROMPT, add_special_tokens=True)["input_ids"]
+    text_greedy = greedy(model, text_ids)
+    chat_text = tokenizer.apply_chat_template(CHAT_MESSAGES, tokenize=False, add_generation_prompt=True)
+    chat_ids = tokenizer(chat_text, add_special_tokens=False)["input_ids"]
+    return {
+        "cases": cases,
+        "text_case": {"prompt": TEXT_PROMPT, "ids": text_ids, "greedy": text_greedy,
+                      "greedy_text": tokenizer.decode(text_greedy),
+                      "chat_messages": CHAT_MESSAGES, "chat_text": chat_text, "chat_ids": chat_ids},
+        "dtype": str(dtype).replace("torch.", ""),
+        "n_new_tokens": N_NEW_TOKENS,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+    }
+
+
+def write_json(path, data):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+
+
+def make_variant(out_dir, name, arch, dtype, options, tokenizer):
+    folder = out_dir / name
+    if folder.exists():
+        shutil.rmtree(folder)
+    eos_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config, model_class = build_config(arch, len(tokenizer), eos_id, options.get("tie", False))
+    config._attn_implementation = "eager"
+    torch.manual_seed(ARCH_SEEDS[arch])
+    model = model_class(config).eval()
+    reinitialize(model, ARCH_SEEDS[arch])
+    model = model.to(dtype)
+    model.config.dtype = dtype
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.bos_token_id = None
+    model.generation_config.pad_token_id = eos_id
+    save_kwargs = {"max_shard_size": options["shard"]} if "shard" in options else {}
+    model.save_pretrained(folder, **save_kwargs)
+    # transformers 5 writes the template to chat_template.jinja by default; most published MoE
+    # checkpoints carry it inside tokenizer_config.json, which is the form kept here.
+    tokenizer.save_pretrained(folder, save_jinja_files=False)
+    # The reference comes from the checkpoint as transformers loads it, not from the model in
+    # memory: model.to(bfloat16) also casts the rotary inv_freq buffer, from_pretrained does not.
+    write_json(folder / "reference.json", make_reference(load(folder, dtype), tokenizer, dtype))
+    return folder
+
+
+def load(folder, dtype):
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager").eval()
+
+
+@torch.no_grad()
+def verify(folder):
+    """Reloads a saved folder with transformers and checks reference.json reproduces."""
+    ref = json.loads((folder / "reference.json").read_text())
+    dtype = getattr(torch, ref["dtype"])
+    model = load(folder, dtype)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    worst = 0.0
+    for case in ref["cases"]:
+        stored = torch.tensor(case["logits"])
+        fresh = full_logits(model, case["ids"])
+        worst = max(worst, (stored - fresh).abs().max().item())
+        if greedy(model, case["ids"]) != case["greedy"]:
+            raise RuntimeError(f"{folder.name}: greedy continuation does not reproduce")
+    text = ref["text_case"]
+    if tokenizer(text["prompt"])["input_ids"] != text["ids"]:
+        raise RuntimeError(f"{folder.name}: tokenizer ids do not reproduce")
+    if greedy(model, text["ids"]) != text["greedy"]:
+        raise RuntimeError(f"{folder.name}: text-case greedy does not reproduce")
+    # Stored values are the float32 logits written as shortest round-trip decimals, so a
+    # deterministic reload reproduces them exactly; allow only decimal round-off.
+    if worst > 1e-6:
+        raise RuntimeError(f"{folder.name}: stored logits differ from a reload by {worst}")
+    return worst
+
+
+def summarize(folder):
+    ref = json.loads((folder / "reference.json").read_text())
+    size = sum(f.stat().st_size for f in folder.iterdir())
+    distinct = [len(set(c["greedy"])) for c in ref["cases"]]
+    spread = [float(np.std(c["logits"][-1])) for c in ref["cases"]]
+    margins = min(min(c["greedy_margins"]) for c in ref["cases"])
+    print(f"{folder.name:24s} {size / 1e6:5.2f} MB  distinct greedy tokens {distinct}  "
+          f"last-position logit std {[round(s, 2) for s in spread]}  min greedy margin {margins:.4f}  "
+          f"text: {ref['text_case']['greedy_text']!r}")
+
+
+def make_io_fixture(path):
+    """A small file written by the safetensors library itself, with known values, for the C++
+    reader's tests: one tensor per common dtype, a 0-rank and an empty tensor, and metadata."""
+    from safetensors.torch import save_file
+    tensors = {
+        "f32": torch.arange(12, dtype=torch.float32).reshape(3, 4) * 0.5 - 1.0,
+        "bf16": (torch.arange(6, dtype=torch.float32) * 0.25 - 0.5).to(torch.bfloat16).reshape(2, 3),
+        "f16": (torch.arange(4, dtype=torch.float32) * 1.5).to(torch.float16),
+        "i64": torch.tensor([-3, 0, 7, 1 << 40], dtype=torch.int64),
+        "u8": torch.arange(5, dtype=torch.uint8) * 3,
+        "scalar": torch.tensor(3.25, dtype=torch.float32),
+        "empty": torch.zeros(0, 7, dtype=torch.float32),
+    }
+    save_file(tensors, str(path), metadata={"format": "pt", "note": "chronos io test"})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--verify-only", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one thread: bitwise-reproducible CPU reductions
+    torch.use_deterministic_algorithms(True)
+    transformers.logging.set_verbosity_error()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    names = [v[0] for v in VARIANTS]
+    if not args.verify_only:
+        args.out.mkdir(parents=True, exist_ok=True)
+        tokenizer = train_tokenizer()
+        for name, arch, dtype, options in VARIANTS:
+            make_variant(args.out, name, arch, dtype, options, tokenizer)
+        make_io_fixture(args.out.parent / "io" / "hf_written.safetensors")
+    for name in names:
+        worst = verify(args.out / name)
+        print(f"verified {name}: reload max |diff| = {worst:.2e}")
+    for name in names:
+        summarize(args.out / name)
+    total = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file())
+    print(f"total {total / 1e6:.2f} MB in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
