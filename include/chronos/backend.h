@@ -1,0 +1,62 @@
+// Backend, Stream, Event: the device abstraction the engine is written against (DESIGN.md §4).
+// The CPU backend implements them with host memory, a worker thread per stream and
+// condition-variable events; the CUDA backend maps them to cudaStream_t / cudaEvent_t.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace chronos {
+
+// Signalled once the work recorded before it has finished (CPU: a read completed or a task
+// ran; CUDA: cudaEventRecord on a stream). Reusable: record() re-arms it.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual bool query() const = 0;  // true when signalled; never blocks
+  virtual void wait() const = 0;   // blocks until signalled
+};
+
+// An in-order queue of work. The decode loop never synchronizes a whole stream; it waits on
+// the events of the buffers it needs.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Queues a host task (CPU) or a host callback (CUDA) after everything already queued.
+  virtual void enqueue(std::function<void()> task) = 0;
+  // Re-arms `event` and signals it when everything queued so far has finished.
+  virtual void record(Event& event) = 0;
+  // Work queued after this call starts only once `event` is signalled.
+  virtual void wait_event(const Event& event) = 0;
+  // Blocks until the queue is empty (tests and shutdown only).
+  virtual void synchronize() = 0;
+};
+
+// Memory in one tier: device memory on CUDA, page-aligned host memory on CPU.
+struct Buffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::unique_ptr<Stream> create_stream() = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;  // created signalled
+  // Device-tier memory (VRAM on CUDA; on CPU the same as host staging). Throws Error on failure.
+  virtual Buffer alloc_device(size_t bytes) = 0;
+  virtual void free_device(Buffer& buffer) = 0;
+  // Host staging memory for O_DIRECT reads: page-aligned (CPU) or page-locked (CUDA).
+  virtual Buffer alloc_staging(size_t bytes) = 0;
+  virtual void free_staging(Buffer& buffer) = 0;
+  // Queues a copy from staging to device memory on `stream` (CPU: a memcpy task, or nothing
+  // when both point to the same bytes, the tiers having merged).
+  virtual void copy_to_device(Stream& stream, void* device_dst, const void* staging_src, size_t bytes) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace chronos

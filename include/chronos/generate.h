@@ -1,0 +1,69 @@
+// Generator: prefill + decode loop with stop conditions, streaming text through a callback.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "chronos/model.h"
+#include "chronos/sampler.h"
+
+namespace chronos {
+
+class Tokenizer;
+class ThreadPool;
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop_strings;  // generation ends before the first occurrence
+  std::vector<int32_t> eos_ids;           // any of these ends generation (not emitted)
+  bool ignore_eos = false;
+};
+
+enum class StopReason { kMaxTokens, kEos, kStopString, kContextFull, kCallback };
+const char* stop_reason_name(StopReason reason);
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double prefill_seconds = 0.0;
+  double time_to_first_token_seconds = 0.0;  // prefill + first sample
+  double decode_seconds = 0.0;               // all tokens after the first
+  StopReason stop_reason = StopReason::kMaxTokens;
+  std::vector<int32_t> tokens;               // generated ids (without a stopping EOS)
+  double prefill_tokens_per_second() const;
+  double decode_tokens_per_second() const;
+};
+
+// Called with each piece of generated text as soon as it is complete UTF-8 and cannot be part
+// of a stop string. Returning false stops generation.
+using TextFn = std::function<bool(std::string_view text)>;
+
+class Generator {
+ public:
+  // n_ctx: positions of the KV cache; batch: tokens per prefill step.
+  Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch = 32);
+  ~Generator();
+
+  // Runs one request from an empty cache. Throws Error when the prompt does not fit the context.
+  GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextFn& on_text);
+
+  int64_t n_ctx() const { return n_ctx_; }
+  int64_t kv_bytes() const { return kv_.n_bytes(); }
+
+ private:
+  const Model& model_;
+  const Tokenizer& tokenizer_;
+  ThreadPool& pool_;
+  int64_t n_ctx_;
+  KvCache kv_;
+  std::unique_ptr<Model::Scratch> scratch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace chronos

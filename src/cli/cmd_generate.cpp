@@ -1,0 +1,179 @@
+// chronos generate: prompt in (-p, -f or stdin), generated text streamed to stdout, stats on stderr.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "chronos/error.h"
+#include "chronos/generate.h"
+#include "chronos/generation_config.h"
+#include "chronos/model.h"
+#include "chronos/thread_pool.h"
+#include "chronos/tokenizer.h"
+#include "cli/commands.h"
+
+namespace chronos::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompt_file;
+  int64_t n_predict = 128;
+  std::optional<float> temperature;
+  std::optional<int64_t> top_k;
+  std::optional<float> top_p;
+  std::optional<float> min_p;
+  std::optional<float> repeat_penalty;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  bool chat = false;
+  std::string system;
+  int threads = 0;
+  int64_t ctx_size = 0;
+  int64_t batch_size = 32;
+  std::string stats_json;
+  bool verbose = false;
+};
+
+std::string read_prompt(const GenerateArgs& args) {
+  if (args.prompt) return *args.prompt;
+  std::string text;
+  if (args.prompt_file) {
+    std::ifstream in(*args.prompt_file, std::ios::binary);
+    if (!in) throw_error("{}: cannot open prompt file", *args.prompt_file);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+    return text;
+  }
+  text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  return text;
+}
+
+int run_generate(const GenerateArgs& args) {
+  if (args.verbose) spdlog::set_level(spdlog::level::debug);
+  if (args.n_predict < 0) throw UsageError(fmt::format("-n must be >= 0 (got {})", args.n_predict));
+  if (args.threads < 0) throw UsageError(fmt::format("--threads must be >= 1 (got {})", args.threads));
+  if (args.ctx_size < 0) throw UsageError(fmt::format("--ctx-size must be >= 1 (got {})", args.ctx_size));
+  if (args.batch_size < 1) throw UsageError(fmt::format("--batch-size must be >= 1 (got {})", args.batch_size));
+  if (!args.system.empty() && !args.chat) throw UsageError("--system needs --chat");
+
+  const auto dir = resolve_model_dir(args.model);
+  const std::string prompt_text = read_prompt(args);  // before loading: fail fast on bad input
+  const auto load_start = std::chrono::steady_clock::now();
+  const auto model = Model::load(dir);
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const ModelConfig& cfg = model->config();
+
+  std::vector<int32_t> prompt;
+  if (args.chat) {
+    std::vector<ChatMessage> messages;
+    if (!args.system.empty()) messages.push_back({"system", args.system});
+    messages.push_back({"user", prompt_text});
+    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, true), /*add_special_tokens=*/false);
+  } else {
+    prompt = tokenizer.encode(prompt_text, /*add_special_tokens=*/true);
+  }
+  if (prompt.empty()) throw_error("the prompt is empty");
+
+  SamplingParams sampling = read_generation_defaults(dir);
+  if (args.temperature) sampling.temperature = *args.temperature;
+  if (args.top_k) sampling.top_k = *args.top_k;
+  if (args.top_p) sampling.top_p = *args.top_p;
+  if (args.min_p) sampling.min_p = *args.min_p;
+  if (args.repeat_penalty) sampling.repetition_penalty = *args.repeat_penalty;
+  sampling.seed = args.seed;
+  validate_sampling(sampling);
+
+  GenerateOptions options;
+  options.max_new_tokens = args.n_predict;
+  options.sampling = sampling;
+  options.stop_strings = args.stop;
+  options.ignore_eos = args.ignore_eos;
+  options.eos_ids = cfg.eos_token_ids;
+  for (int32_t id : tokenizer.eos_ids())
+    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end()) options.eos_ids.push_back(id);
+
+  const int64_t n_ctx = args.ctx_size > 0 ? args.ctx_size : std::min<int64_t>(cfg.n_ctx_train, 4096);
+  if (n_ctx > cfg.n_ctx_train)
+    throw UsageError(fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
+  ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
+  Generator generator(*model, tokenizer, pool, n_ctx, args.batch_size);
+  spdlog::info("{}: {} layers, {} experts (top-{}), {} prompt tokens, {} threads", dir.string(), cfg.n_layer,
+               cfg.n_expert, cfg.n_expert_used, prompt.size(), pool.size());
+
+  bool write_failed = false;
+  const GenerateStats stats = generator.generate(prompt, options, [&](std::string_view text) {
+    if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+      write_failed = true;
+      return false;
+    }
+    return true;
+  });
+  if (!write_failed && isatty(fileno(stdout))) std::fputc('\n', stdout);
+
+  fmt::print(stderr,
+             "chronos: prompt {} tokens, prefill {:.1f} tok/s, first token {:.0f} ms, generated {} tokens, "
+             "decode {:.2f} tok/s, stop: {}\n",
+             stats.prompt_tokens, stats.prefill_tokens_per_second(), stats.time_to_first_token_seconds * 1e3,
+             stats.generated_tokens, stats.decode_tokens_per_second(), stop_reason_name(stats.stop_reason));
+  if (!args.stats_json.empty()) {
+    nlohmann::json j = {
+        {"model", dir.string()},
+        {"architecture", cfg.arch_name()},
+        {"threads", pool.size()},
+        {"n_ctx", n_ctx},
+        {"load_seconds", load_seconds},
+        {"prompt_tokens", stats.prompt_tokens},
+        {"generated_tokens", stats.generated_tokens},
+        {"time_to_first_token_seconds", stats.time_to_first_token_seconds},
+        {"prefill_seconds", stats.prefill_seconds},
+        {"prefill_tokens_per_second", stats.prefill_tokens_per_second()},
+        {"decode_seconds", stats.decode_seconds},
+        {"decode_tokens_per_second", stats.decode_tokens_per_second()},
+        {"stop_reason", stop_reason_name(stats.stop_reason)},
+        {"peak_rss_bytes", peak_rss_bytes()},
+        {"kv_cache_bytes", generator.kv_bytes()},
+        {"dense_bytes", model->sizes().dense_bytes},
+        {"expert_bytes", model->sizes().expert_bytes},
+    };
+    write_file_atomically(args.stats_json, j.dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command register_generate(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt (-p, -f or stdin), streamed to stdout");
+  sub->add_option("-m,--model", args->model, "Model folder (Hugging Face checkpoint); default: $CHRONOS_MODEL or the bundled model");
+  auto* p = sub->add_option("-p,--prompt", args->prompt, "Prompt text");
+  sub->add_option("-f,--file", args->prompt_file, "Read the prompt from a file")->excludes(p);
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens to generate at most")->capture_default_str();
+  sub->add_option("--temp", args->temperature, "Temperature; 0 = greedy (default: generation_config.json, else greedy)");
+  sub->add_option("--top-k", args->top_k, "Keep the k most likely tokens; 0 = off");
+  sub->add_option("--top-p", args->top_p, "Nucleus sampling mass; 1 = off");
+  sub->add_option("--min-p", args->min_p, "Drop tokens below min-p times the top probability; 0 = off");
+  sub->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (transformers' rule); 1 = off");
+  sub->add_option("-s,--seed", args->seed, "Random seed (same seed, same output)")->capture_default_str();
+  sub->add_option("--stop", args->stop, "Stop before this string (repeatable)");
+  sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-sequence tokens");
+  sub->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
+  sub->add_option("--system", args->system, "System message for --chat");
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length (default: min(max_position_embeddings, 4096))");
+  sub->add_option("-b,--batch-size", args->batch_size, "Prompt tokens per prefill step")->capture_default_str();
+  sub->add_option("--stats-json", args->stats_json, "Write load/prefill/decode statistics as JSON to this file");
+  sub->add_flag("-v,--verbose", args->verbose, "Debug logging on stderr");
+  return Command{sub, [args] { return run_generate(*args); }};
+}
+
+}  // namespace chronos::cli

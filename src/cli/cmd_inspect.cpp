@@ -1,0 +1,79 @@
+// chronos inspect: architecture, layer and expert counts, parameters and bytes (dense vs routed).
+#include <nlohmann/json.hpp>
+
+#include "chronos/error.h"
+#include "chronos/model.h"
+#include "cli/commands.h"
+
+namespace chronos::cli {
+namespace {
+
+struct InspectArgs {
+  std::string model;
+  std::string positional;
+  bool json = false;
+};
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = double(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+int run_inspect(const InspectArgs& args) {
+  if (!args.model.empty() && !args.positional.empty()) throw UsageError("give the model folder once (-m or positional)");
+  const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
+  const auto model = Model::load(dir);
+  const ModelConfig& c = model->config();
+  const ModelSizes& s = model->sizes();
+  const int64_t total_params = s.dense_params + s.expert_params;
+  const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
+  if (args.json) {
+    nlohmann::json j = {
+        {"model", dir.string()}, {"architecture", c.arch_name()}, {"model_type", c.model_type},
+        {"layers", c.n_layer}, {"moe_layers", c.n_moe_layers()}, {"experts", c.n_expert},
+        {"experts_per_token", c.n_expert_used}, {"hidden_size", c.n_embd}, {"heads", c.n_head},
+        {"kv_heads", c.n_head_kv}, {"head_dim", c.head_dim}, {"vocab_size", c.n_vocab},
+        {"expert_ffn", c.n_ff_expert}, {"shared_expert_ffn", c.n_ff_shared}, {"dense_ffn", c.n_ff_dense},
+        {"max_position_embeddings", c.n_ctx_train}, {"params_total", total_params},
+        {"params_active_per_token", active_params}, {"dense_params", s.dense_params},
+        {"dense_bytes", s.dense_bytes}, {"expert_params", s.expert_params}, {"expert_bytes", s.expert_bytes},
+        {"bytes_per_expert", s.bytes_per_expert}, {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
+    };
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("model            {}\n", dir.string());
+  fmt::print("architecture     {} ({})\n", c.arch_name(), c.model_type);
+  fmt::print("layers           {} ({} MoE, {} dense)\n", c.n_layer, c.n_moe_layers(), c.n_layer - c.n_moe_layers());
+  fmt::print("experts          {} routed per MoE layer, top-{}{}, expert FFN {}{}\n", c.n_expert, c.n_expert_used,
+             c.norm_topk_prob ? " (renormalized)" : "", c.n_ff_expert,
+             c.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.n_ff_shared) : "");
+  fmt::print("attention        hidden {}, {} heads, {} kv heads, head_dim {}{}\n", c.n_embd, c.n_head, c.n_head_kv,
+             c.head_dim, c.attn_qkv_bias ? ", q/k/v bias" : "");
+  fmt::print("vocabulary       {}\n", c.n_vocab);
+  fmt::print("context          {} (rope theta {})\n", c.n_ctx_train, c.rope_theta);
+  fmt::print("parameters       {:.3f} B total, {:.3f} B active per token\n", double(total_params) / 1e9, double(active_params) / 1e9);
+  fmt::print("dense            {} params, {}\n", s.dense_params, human_bytes(s.dense_bytes));
+  fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),
+             human_bytes(s.bytes_per_expert), dtype_name(s.expert_dtype));
+  return 0;
+}
+
+}  // namespace
+
+Command register_inspect(CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* sub = app.add_subcommand("inspect", "Describe a model: architecture, experts, parameter and byte counts");
+  sub->add_option("-m,--model", args->model, "Model folder");
+  sub->add_option("model_dir", args->positional, "Model folder (alternative to -m)");
+  sub->add_flag("--json", args->json, "Print JSON");
+  return Command{sub, [args] { return run_inspect(*args); }};
+}
+
+}  // namespace chronos::cli

@@ -1,0 +1,30 @@
+// The subcommands of the chronos binary: each registers its flags and returns its runner.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+namespace chronos::cli {
+
+// A registered subcommand and what to run when it is chosen.
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command register_generate(CLI::App& app);
+Command register_inspect(CLI::App& app);
+
+// -m, or $CHRONOS_MODEL, or the bundled default model.
+std::filesystem::path resolve_model_dir(const std::string& flag_value);
+
+// Writes `text` to `path` atomically (temporary file + rename): no half-written file on failure.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+// Peak resident set size of this process in bytes.
+int64_t peak_rss_bytes();
+
+}  // namespace chronos::cli

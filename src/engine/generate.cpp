@@ -1,0 +1,134 @@
+// Generator: prefill in batches, then one token at a time until a stop condition.
+#include "chronos/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "chronos/error.h"
+#include "chronos/tokenizer.h"
+#include "model/scratch.h"
+
+namespace chronos {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Holds back generated text that might be the start of a stop string.
+class StopMatcher {
+ public:
+  explicit StopMatcher(const std::vector<std::string>& stops) : stops_(stops) {}
+
+  // Appends text; returns what can be emitted now. Sets `stopped` when a stop string appeared
+  // (the text before it is returned, the rest dropped).
+  std::string push(std::string_view text, bool& stopped) {
+    pending_ += text;
+    for (const std::string& stop : stops_) {
+      const size_t at = stop.empty() ? std::string::npos : pending_.find(stop);
+      if (at != std::string::npos) {
+        stopped = true;
+        std::string out = pending_.substr(0, at);
+        pending_.clear();
+        return out;
+      }
+    }
+    // Keep the longest suffix that is a proper prefix of some stop string.
+    size_t hold = 0;
+    for (const std::string& stop : stops_)
+      for (size_t len = std::min(stop.size() - (stop.empty() ? 0 : 1), pending_.size()); len > hold; --len)
+        if (pending_.compare(pending_.size() - len, len, stop, 0, len) == 0) { hold = len; break; }
+    std::string out = pending_.substr(0, pending_.size() - hold);
+    pending_.erase(0, pending_.size() - hold);
+    return out;
+  }
+  std::string flush() { return std::exchange(pending_, {}); }
+
+ private:
+  const std::vector<std::string>& stops_;
+  std::string pending_;
+};
+
+}  // namespace
+
+const char* stop_reason_name(StopReason reason) {
+  switch (reason) {
+    case StopReason::kMaxTokens: return "max_tokens";
+    case StopReason::kEos: return "eos";
+    case StopReason::kStopString: return "stop_string";
+    case StopReason::kContextFull: return "context_full";
+    case StopReason::kCallback: return "callback";
+  }
+  return "unknown";
+}
+
+double GenerateStats::prefill_tokens_per_second() const {
+  return prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0;
+}
+double GenerateStats::decode_tokens_per_second() const {
+  return decode_seconds > 0 && generated_tokens > 1 ? double(generated_tokens - 1) / decode_seconds : 0.0;
+}
+
+Generator::Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch)
+    : model_(model), tokenizer_(tokenizer), pool_(pool), n_ctx_(n_ctx), kv_(model.config(), n_ctx),
+      scratch_(model.make_scratch(batch, n_ctx)), logits_(size_t(model.config().n_vocab)) {}
+
+Generator::~Generator() = default;
+
+GenerateStats Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
+                                  const TextFn& on_text) {
+  GenerateStats stats;
+  stats.prompt_tokens = std::ssize(prompt);
+  if (prompt.empty()) throw_error("the prompt is empty (no tokens to start from)");
+  if (stats.prompt_tokens >= n_ctx_)
+    throw_error("the prompt is {} tokens, but the context holds {} (raise --ctx-size, at most {})",
+                stats.prompt_tokens, n_ctx_, model_.config().n_ctx_train);
+  Sampler sampler(options.sampling);
+  std::vector<int32_t> history(prompt.begin(), prompt.end());
+  history.reserve(size_t(stats.prompt_tokens + options.max_new_tokens));
+  TokenStreamDecoder decoder(tokenizer_, /*skip_special_tokens=*/false);
+  StopMatcher matcher(options.stop_strings);
+
+  const auto start = std::chrono::steady_clock::now();
+  model_.forward(prompt, 0, kv_, *scratch_, pool_, logits_.data(), false);
+  stats.prefill_seconds = seconds_since(start);
+  auto decode_start = start;
+  int64_t pos = stats.prompt_tokens;
+  bool stopped = false;
+  while (!stopped) {
+    if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
+    const int32_t id = sampler.sample(logits_, history);
+    if (stats.generated_tokens == 0) {
+      stats.time_to_first_token_seconds = seconds_since(start);
+      decode_start = std::chrono::steady_clock::now();
+    }
+    const bool is_eos = std::find(options.eos_ids.begin(), options.eos_ids.end(), id) != options.eos_ids.end();
+    if (is_eos && !options.ignore_eos) {
+      stats.stop_reason = StopReason::kEos;
+      ++stats.generated_tokens;
+      break;
+    }
+    history.push_back(id);
+    stats.tokens.push_back(id);
+    ++stats.generated_tokens;
+    const std::string text = matcher.push(decoder.push(id), stopped);
+    if (stopped) stats.stop_reason = StopReason::kStopString;
+    if (!text.empty() && !on_text(text)) { stats.stop_reason = StopReason::kCallback; stopped = true; }
+    if (stopped) break;
+    if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
+    if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
+    model_.forward(std::span<const int32_t>(&history.back(), 1), pos, kv_, *scratch_, pool_, logits_.data(), false);
+    ++pos;
+  }
+  if (stats.stop_reason != StopReason::kStopString && stats.stop_reason != StopReason::kCallback) {
+    bool ignored = false;
+    std::string rest = matcher.push(decoder.finish(), ignored);
+    rest += matcher.flush();
+    if (!rest.empty()) on_text(rest);
+  }
+  stats.decode_seconds = stats.generated_tokens > 0 ? seconds_since(decode_start) : 0.0;
+  return stats;
+}
+
+}  // namespace chronos
