@@ -212,8 +212,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   }
   const uint64_t data_size = file_size - data_start;
   if (previous_end > data_size)
-    fail(path, fmt::format("file is truncated: tensors need {} bytes of data, only {} present",
-                           previous_end, data_size));
+    fail(path, fmt::format("file is truncated: tensors need {} bytes of data, only {} present ({} missing)",
+                           previous_end, data_size, previous_end - data_size));
   if (previous_end < data_size)
     fail(path, fmt::format("{} trailing bytes after the last tensor", data_size - previous_end));
 

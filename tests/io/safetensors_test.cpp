@@ -80,7 +80,9 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesDtypesShapesBytesAndMetadata) {
     EXPECT_EQ(read.dtype, written.dtype);
     EXPECT_EQ(read.shape, written.shape);
     ASSERT_EQ(read.n_bytes, int64_t(written.bytes.size()));
-    EXPECT_EQ(std::memcmp(read.data, written.bytes.data(), written.bytes.size()), 0) << read.name;
+    if (!written.bytes.empty()) {
+      EXPECT_EQ(std::memcmp(read.data, written.bytes.data(), written.bytes.size()), 0) << read.name;
+    }
     EXPECT_EQ(read.file, path.string());
     // `data` and `file_offset` agree: all tensors sit at their offset in one mapping.
     EXPECT_EQ(read.data - read.file_offset, file->tensors()[0].data - file->tensors()[0].file_offset);
@@ -278,7 +280,7 @@ TEST_F(SafetensorsTest, RejectsTruncatedRealCheckpoint) {
   const auto source = kFixtures / "models" / "mixtral-f32" / "model.safetensors";
   const std::string whole = test::read_bytes(source);
   ASSERT_GT(whole.size(), 4096u);
-  expect_rejected(std::string_view(whole).substr(0, whole.size() - 100), {"truncated", "100"});
+  expect_rejected(std::string_view(whole).substr(0, whole.size() - 100), {"truncated", "(100 missing)"});
   expect_rejected(std::string_view(whole).substr(0, 200), {"past the end"});
   expect_rejected(std::string_view(whole).substr(0, 7), {"too small"});
 }
