@@ -1,0 +1,188 @@
+// Generic SIMD matmul y[n_tokens, rows] = x[n_tokens, cols] · wᵀ over a traits type V
+// (simd_avx2.h, simd_avx512.h). Included only by matmul_avx2.cpp / matmul_avx512.cpp.
+//
+// Numerics: every output y[t, r] is one vector accumulator (kLanes partial sums) advanced by
+// exact f32 FMA over the columns in order, a zero-padded tail, then V::reduce_add. Weights are
+// converted to f32 exactly (f16 via F16C, bf16 by a shift), activations stay f32; the
+// AVX512-BF16 dot product (vdpbf16ps) is not used because it would round x to bf16.
+// The arithmetic for one (t, r) never depends on how rows or tokens are blocked, so the result is
+// the same whatever row range a thread gets and whatever n_tokens is (matvec == matmul).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace chronos::kernels {
+namespace {  // internal linkage: one copy per ISA translation unit
+
+// How far ahead of the current column the n_tokens == 1 kernel prefetches each weight row. The
+// hardware prefetcher follows 4 sequential streams on its own; this covers the first lines of
+// each new row block, which it has not seen yet.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// Tokens whose activations are kept hot (L2) while a block of weight rows passes over them.
+constexpr int64_t kTokenPanel = 32;
+
+enum class WKind { kF32, kF16, kBF16 };
+
+template <class V, WKind K>
+struct WeightLoad;
+template <class V>
+struct WeightLoad<V, WKind::kF32> {
+  using T = float;
+  static typename V::Vec load(const T* p) { return V::load(p); }
+  static typename V::Vec tail(const T* p, int n) { return V::load_tail(p, n); }
+};
+template <class V>
+struct WeightLoad<V, WKind::kF16> {
+  using T = uint16_t;
+  static typename V::Vec load(const T* p) { return V::load_f16(p); }
+  static typename V::Vec tail(const T* p, int n) { return V::load_f16_tail(p, n); }
+};
+template <class V>
+struct WeightLoad<V, WKind::kBF16> {
+  using T = uint16_t;
+  static typename V::Vec load(const T* p) { return V::load_bf16(p); }
+  static typename V::Vec tail(const T* p, int n) { return V::load_bf16_tail(p, n); }
+};
+
+// y[t * y_stride + i] = w[i * cols + :] · x[t * cols + :] for i < RB, t < TB.
+template <class V, WKind K, int RB, int TB, bool kPrefetch>
+inline void dot_block(float* y, int64_t y_stride, const float* x,
+                      const typename WeightLoad<V, K>::T* w, int64_t cols) {
+  using L = WeightLoad<V, K>;
+  using Vec = typename V::Vec;
+  Vec acc[RB][TB];
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int t = 0; t < TB; ++t) acc[i][t] = V::zero();
+  int64_t c = 0;
+  for (; c + V::kLanes <= cols; c += V::kLanes) {
+    Vec xv[TB];
+#pragma GCC unroll 8
+    for (int t = 0; t < TB; ++t) xv[t] = V::load(x + t * cols + c);
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) {
+      if constexpr (kPrefetch)  // integer arithmetic: the address may lie past the matrix
+        V::prefetch(reinterpret_cast<const void*>(
+            reinterpret_cast<uintptr_t>(w + i * cols + c) + kPrefetchBytes));
+      const Vec wv = L::load(w + i * cols + c);
+#pragma GCC unroll 8
+      for (int t = 0; t < TB; ++t) acc[i][t] = V::fmadd(wv, xv[t], acc[i][t]);
+    }
+  }
+  if (c < cols) {
+    const int n = int(cols - c);
+    Vec xv[TB];
+#pragma GCC unroll 8
+    for (int t = 0; t < TB; ++t) xv[t] = V::load_tail(x + t * cols + c, n);
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) {
+      const Vec wv = L::tail(w + i * cols + c, n);
+#pragma GCC unroll 8
+      for (int t = 0; t < TB; ++t) acc[i][t] = V::fmadd(wv, xv[t], acc[i][t]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i)
+#pragma GCC unroll 8
+    for (int t = 0; t < TB; ++t) y[t * y_stride + i] = V::reduce_add(acc[i][t]);
+}
+
+// out[n] = in[n] as f32.
+template <class V, WKind K>
+void convert_row(float* out, const typename WeightLoad<V, K>::T* in, int64_t n) {
+  using L = WeightLoad<V, K>;
+  int64_t c = 0;
+  for (; c + V::kLanes <= n; c += V::kLanes) V::store(out + c, L::load(in + c));
+  if (c < n) V::store_tail(out + c, L::tail(in + c, int(n - c)), int(n - c));
+}
+
+// The n_tokens == 1 case: bandwidth-bound, kMatvecRows rows streamed at once.
+template <class V, WKind K>
+void matvec_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, int64_t cols,
+                 int64_t row_begin, int64_t row_end) {
+  constexpr int RB = V::kMatvecRows;
+  int64_t r = row_begin;
+  for (; r + RB <= row_end; r += RB) dot_block<V, K, RB, 1, true>(y + r, 0, x, w + r * cols, cols);
+  for (; r < row_end; ++r) dot_block<V, K, 1, 1, true>(y + r, 0, x, w + r * cols, cols);
+}
+
+// Tokens [0, n_tokens) against RB f32 weight rows w_tile[RB, cols]; y has row stride `rows`.
+template <class V, int RB, int TB = V::kTokenBlock>
+void tile_times_tokens(float* y, int64_t rows, const float* x, int64_t n_tokens,
+                       const float* w_tile, int64_t cols) {
+  int64_t t = 0;
+  for (; t + TB <= n_tokens; t += TB)
+    dot_block<V, WKind::kF32, RB, TB, false>(y + t * rows, rows, x + t * cols, w_tile, cols);
+  if constexpr (TB > 1) {
+    if (t < n_tokens)
+      tile_times_tokens<V, RB, TB - 1>(y + t * rows, rows, x + t * cols, n_tokens - t, w_tile, cols);
+  }
+}
+
+// The n_tokens > 1 case: each block of RB weight rows is converted to f32 once per token panel
+// and then reused by every token of the panel.
+template <class V, WKind K, int RB = 4>
+void gemm_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, int64_t rows,
+               int64_t cols, int64_t n_tokens, int64_t row_begin, int64_t row_end) {
+  float* tile = K == WKind::kF32 ? nullptr : thread_scratch(RB * cols);  // [RB, cols]
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenPanel) {
+    const int64_t n_panel = n_tokens - t0 < kTokenPanel ? n_tokens - t0 : kTokenPanel;
+    const float* x_panel = x + t0 * cols;  // [n_panel, cols]
+    float* y_panel = y + t0 * rows;        // [n_panel, rows]
+    for (int64_t r = row_begin; r < row_end; r += RB) {
+      const int64_t n_rows = row_end - r < RB ? row_end - r : RB;
+      const float* w_tile;
+      if constexpr (K == WKind::kF32) {
+        w_tile = w + r * cols;
+      } else {
+        for (int64_t i = 0; i < n_rows; ++i) convert_row<V, K>(tile + i * cols, w + (r + i) * cols, cols);
+        w_tile = tile;
+      }
+      if (n_rows == RB) {
+        tile_times_tokens<V, RB>(y_panel + r, rows, x_panel, n_panel, w_tile, cols);
+      } else {
+        for (int64_t i = 0; i < n_rows; ++i)
+          tile_times_tokens<V, 1>(y_panel + r + i, rows, x_panel, n_panel, w_tile + i * cols, cols);
+      }
+    }
+  }
+}
+
+template <class V, WKind K>
+void matmul_rows_typed(float* y, const float* x, const WeightView& w, int64_t n_tokens,
+                       int64_t row_begin, int64_t row_end) {
+  const auto* data = static_cast<const typename WeightLoad<V, K>::T*>(w.data);
+  if (n_tokens == 1)
+    matvec_rows<V, K>(y, x, data, w.cols, row_begin, row_end);
+  else
+    gemm_rows<V, K>(y, x, data, w.rows, w.cols, n_tokens, row_begin, row_end);
+}
+
+// Entry point for one ISA; unsupported dtypes go to the scalar reference, which reports them.
+template <class V>
+void matmul_rows_simd(float* y, const float* x, const WeightView& w, int64_t n_tokens,
+                      int64_t row_begin, int64_t row_end) {
+  switch (w.dtype) {
+    case DType::kF32: return matmul_rows_typed<V, WKind::kF32>(y, x, w, n_tokens, row_begin, row_end);
+    case DType::kF16: return matmul_rows_typed<V, WKind::kF16>(y, x, w, n_tokens, row_begin, row_end);
+    case DType::kBF16: return matmul_rows_typed<V, WKind::kBF16>(y, x, w, n_tokens, row_begin, row_end);
+    default: return matmul_rows_scalar(y, x, w, n_tokens, row_begin, row_end);
+  }
+}
+
+template <class V>
+void row_to_f32_simd(float* out, const void* row, DType dtype, int64_t n) {
+  switch (dtype) {
+    case DType::kF32: return convert_row<V, WKind::kF32>(out, static_cast<const float*>(row), n);
+    case DType::kF16: return convert_row<V, WKind::kF16>(out, static_cast<const uint16_t*>(row), n);
+    case DType::kBF16: return convert_row<V, WKind::kBF16>(out, static_cast<const uint16_t*>(row), n);
+    default: return row_to_f32_scalar(out, row, dtype, n);
+  }
+}
+
+}  // namespace
+}  // namespace chronos::kernels

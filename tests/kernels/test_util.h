@@ -1,0 +1,63 @@
+// Shared helpers for the kernel tests: ISAs to test, random weights stored in each dtype.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "chronos/dtype.h"
+#include "chronos/ops.h"
+
+namespace chronos::test {
+
+// Every ISA this CPU can run, scalar first.
+inline std::vector<Isa> available_isas() {
+  std::vector<Isa> isas = {Isa::kScalar};
+  if (int(detect_isa()) >= int(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  if (int(detect_isa()) >= int(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+  return isas;
+}
+
+// Restores the detected ISA when a test ends, whatever it set.
+struct IsaGuard {
+  ~IsaGuard() { set_isa(detect_isa()); }
+};
+
+inline std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> out(static_cast<size_t>(n));
+  for (auto& v : out) v = dist(rng);
+  return out;
+}
+
+// A weight matrix stored in `dtype`, plus the exact f32 value of every stored element.
+struct StoredWeights {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // [rows, cols], what the stored bits mean
+
+  WeightView view() const { return {bytes.data(), dtype, rows, cols}; }
+};
+
+inline StoredWeights make_weights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  StoredWeights w{dtype, rows, cols, {}, random_floats(rows * cols, seed)};
+  w.bytes.resize(size_t(rows * cols * dtype_size(dtype)));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(w.bytes.data() + i * 4, &w.values[size_t(i)], 4);
+      continue;
+    }
+    const uint16_t bits = dtype == DType::kF16 ? f32_to_f16(w.values[size_t(i)]) : f32_to_bf16(w.values[size_t(i)]);
+    w.values[size_t(i)] = dtype == DType::kF16 ? f16_to_f32(bits) : bf16_to_f32(bits);
+    std::memcpy(w.bytes.data() + i * 2, &bits, 2);
+  }
+  return w;
+}
+
+// Unit roundoff of f32.
+constexpr double kF32Eps = 1.0 / (1 << 24);
+
+}  // namespace chronos::test
