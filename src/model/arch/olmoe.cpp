@@ -8,7 +8,8 @@ namespace chronos {
 namespace {
 
 void read_config(const nlohmann::json& j, ModelConfig& c) {
-  c.n_expert = json_int(j, "num_experts");
+  c.n_expert = json_int_or(j, "num_experts", json_int_or(j, "num_local_experts", 0));
+  if (c.n_expert <= 0) throw_error("missing key 'num_experts'");
   c.n_ff_expert = json_int(j, "intermediate_size");
   c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", false);
   c.layer_is_moe.assign(size_t(c.n_layer), true);

@@ -5,7 +5,7 @@ namespace chronos {
 namespace {
 
 void read_config(const nlohmann::json& j, ModelConfig& c) {
-  c.n_expert = json_int_or(j, "num_experts", 0);
+  c.n_expert = qwen_moe::read_expert_count(j);
   c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
   c.n_ff_shared = json_int_or(j, "shared_expert_intermediate_size", 0);
   c.shared_expert_gated = c.n_ff_shared > 0;

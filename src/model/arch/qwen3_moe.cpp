@@ -5,7 +5,7 @@ namespace chronos {
 namespace {
 
 void read_config(const nlohmann::json& j, ModelConfig& c) {
-  c.n_expert = json_int_or(j, "num_experts", 0);
+  c.n_expert = qwen_moe::read_expert_count(j);
   c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
   c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
   c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", false);

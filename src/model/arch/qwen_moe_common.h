@@ -27,6 +27,11 @@ inline void read_layer_kinds(const nlohmann::json& j, ModelConfig& c) {
     throw_error("use_sliding_window: true is not supported");
 }
 
+// transformers 5 writes num_local_experts for Qwen3-MoE (an attribute alias of num_experts).
+inline int64_t read_expert_count(const nlohmann::json& j) {
+  return json_int_or(j, "num_experts", json_int_or(j, "num_local_experts", 0));
+}
+
 inline void add_moe_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
   out.push_back({TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il),
                  {c.n_expert, c.n_embd}});
