@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Writes a Mixtral-shaped random BF16 checkpoint for benchmarks, with numpy only.
+
+The folder looks like a Hugging Face Mixtral checkpoint: config.json, generation_config.json,
+sharded model-XXXXX-of-YYYYY.safetensors + model.safetensors.index.json, tokenizer.json and
+tokenizer_config.json. Tensors are generated and written one chunk at a time, so memory use stays
+small whatever the size. The weights are random: the output text is meaningless, but every byte
+is read at the rates a real model of this shape would need. Never commit the output.
+
+Default shape (about 3.0 GB): hidden 1024, 16 layers, 8 experts, top-2, expert FFN 3584,
+vocab 32000, 16 heads, 4 kv heads.
+
+  python3 tools/make_synthetic_checkpoint.py --out /tmp/synthetic-3g
+  python3 tools/make_synthetic_checkpoint.py --out /tmp/s --layers 4 --dry-run
+"""
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_TOKENIZER = REPO / "tests" / "fixtures" / "models" / "mixtral-f32"
+CHUNK_ELEMENTS = 1 << 22  # 4M values (16 MB of float32 scratch) per generated chunk
+BF16_BYTES = 2
+
+
+def tensor_plan(a):
+    """(name, shape, std, kind) for every tensor, kind = dense | expert | embed | head."""
+    H, I, V, E = a.hidden, a.ffn, a.vocab, a.experts
+    hd = H // a.heads
+    plan = [("model.embed_tokens.weight", (V, H), 1.0, "embed")]
+    for i in range(a.layers):
+        p = f"model.layers.{i}."
+        plan += [
+            (p + "input_layernorm.weight", (H,), 0.0, "dense"),
+            (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
+            (p + "self_attn.q_proj.weight", (a.heads * hd, H), H ** -0.5, "dense"),
+            (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
+            (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
+            (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
+            (p + "block_sparse_moe.gate.weight", (E, H), 2.0 * H ** -0.5, "dense"),
+        ]
+        for j in range(E):
+            q = f"{p}block_sparse_moe.experts.{j}."
+            plan += [(q + "w1.weight", (I, H), H ** -0.5, "expert"),
+                     (q + "w3.weight", (I, H), H ** -0.5, "expert"),
+                     (q + "w2.weight", (H, I), I ** -0.5, "expert")]
+    plan.append(("model.norm.weight", (H,), 0.0, "dense"))
+    plan.append(("lm_head.weight", (V, H), 3.0 * H ** -0.5, "head"))
+    return plan
+
+
+def n_bytes(shape):
+    return int(np.prod(shape, dtype=np.int64)) * BF16_BYTES
+
+
+def to_bf16_bits(values):
+    """float32 -> bfloat16 bit patterns, round to nearest even (values are finite)."""
+    bits = values.view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype("<u2")
+
+
+def write_tensor_data(out, shape, std, rng):
+    remaining = int(np.prod(shape, dtype=np.int64))
+    while remaining > 0:
+        count = min(remaining, CHUNK_ELEMENTS)
+        if std == 0.0:  # norms: around 1 with a little noise
+            values = 1.0 + 0.1 * rng.standard_normal(count, dtype=np.float32)
+        else:
+            values = rng.standard_normal(count, dtype=np.float32) * np.float32(std)
+        out.write(to_bf16_bits(values.astype(np.float32)).tobytes())
+        remaining -= count
+
+
+def split_shards(plan, max_shard_bytes):
+    shards, current, size = [], [], 0
+    for entry in plan:
+        b = n_bytes(entry[1])
+        if current and size + b > max_shard_bytes:
+            shards.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += b
+    if current:
+        shards.append(current)
+    return shards
+
+
+def write_shard(path, entries, rng):
+    entries = sorted(entries, key=lambda e: e[0])  # the safetensors writer's order for one dtype
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape, _, _ in entries:
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n_bytes(shape)]}
+        offset += n_bytes(shape)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(len(text).to_bytes(8, "little"))
+            out.write(text)
+            for name, shape, std, _ in entries:
+                write_tensor_data(out, shape, std, rng)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def extend_tokenizer(tokenizer_json, vocab_size):
+    """Grows a byte-level BPE tokenizer.json to `vocab_size` ids with synthetic merges of existing
+    tokens, so that every id the random model can emit decodes to some bytes."""
+    tok = json.loads(tokenizer_json)
+    vocab, merges = tok["model"]["vocab"], tok["model"]["merges"]
+    n_added = max([a["id"] for a in tok.get("added_tokens", [])] + [-1]) + 1
+    next_id = max(list(vocab.values()) + [n_added - 1]) + 1
+    base = sorted((t for t in vocab if len(t) == 1), key=lambda t: vocab[t])
+    pieces = list(base)
+    i = 0
+    while next_id < vocab_size:
+        left = pieces[i // len(base)]
+        right = base[i % len(base)]
+        i += 1
+        if left + right in vocab:
+            continue
+        vocab[left + right] = next_id
+        merges.append([left, right] if merges and isinstance(merges[0], list) else f"{left} {right}")
+        pieces.append(left + right)
+        next_id += 1
+    return json.dumps(tok, ensure_ascii=False)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="output folder (created)")
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=16)
+    parser.add_argument("--experts", type=int, default=8)
+    parser.add_argument("--top-k", type=int, default=2)
+    parser.add_argument("--ffn", type=int, default=3584, help="expert intermediate size")
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--max-position", type=int, default=4096)
+    parser.add_argument("--max-shard-gb", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER,
+                        help="folder with tokenizer.json + tokenizer_config.json (byte-level BPE)")
+    parser.add_argument("--dry-run", action="store_true", help="print sizes, write nothing")
+    a = parser.parse_args()
+    if a.hidden % a.heads or a.heads % a.kv_heads:
+        parser.error("hidden must divide by heads, heads by kv-heads")
+
+    plan = tensor_plan(a)
+    kind_bytes = {}
+    for _, shape, _, kind in plan:
+        kind_bytes[kind] = kind_bytes.get(kind, 0) + n_bytes(shape)
+    total = sum(kind_bytes.values())
+    expert_bytes = 3 * a.hidden * a.ffn * BF16_BYTES
+    # Bytes read per decoded token: all dense weights, K of E experts in every layer, the
+    # lm_head, and one embedding row.
+    per_token = kind_bytes["dense"] + a.layers * a.top_k * expert_bytes + kind_bytes["head"] + a.hidden * BF16_BYTES
+    print(f"total {total / 1e9:.3f} GB: dense {kind_bytes['dense'] / 1e6:.1f} MB, "
+          f"experts {kind_bytes['expert'] / 1e9:.3f} GB ({a.layers} x {a.experts} x {expert_bytes / 1e6:.1f} MB), "
+          f"embed {kind_bytes['embed'] / 1e6:.1f} MB, lm_head {kind_bytes['head'] / 1e6:.1f} MB")
+    print(f"bytes touched per decoded token: {per_token} ({per_token / 1e6:.1f} MB) = dense "
+          f"{kind_bytes['dense'] / 1e6:.1f} MB + {a.layers} layers x {a.top_k} experts x "
+          f"{expert_bytes / 1e6:.2f} MB + lm_head {kind_bytes['head'] / 1e6:.1f} MB + one embedding row")
+    print(f"  bandwidth limit: tokens/s <= memory bandwidth / {per_token / 1e9:.4f} GB "
+          f"(e.g. {20e9 / per_token:.1f} tok/s at 20 GB/s)")
+    if a.dry_run:
+        return 0
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    tokenizer_json = (a.tokenizer / "tokenizer.json").read_text(encoding="utf-8")
+    (a.out / "tokenizer.json").write_text(extend_tokenizer(tokenizer_json, a.vocab), encoding="utf-8")
+    tokenizer_config = json.loads((a.tokenizer / "tokenizer_config.json").read_text(encoding="utf-8"))
+    tokenizer_config["model_max_length"] = a.max_position
+    (a.out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2), encoding="utf-8")
+    eos_id = 0  # <|endoftext|>, the first added token of the fixture tokenizer
+
+    config = {
+        "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "dtype": "bfloat16",
+        "vocab_size": a.vocab, "hidden_size": a.hidden, "intermediate_size": a.ffn,
+        "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+        "head_dim": a.hidden // a.heads, "num_local_experts": a.experts, "num_experts_per_tok": a.top_k,
+        "max_position_embeddings": a.max_position, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None,
+        "sliding_window": None, "attention_dropout": 0.0, "router_jitter_noise": 0.0,
+        "output_router_logits": False, "use_cache": True,
+    }
+    (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (a.out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}, indent=2) + "\n")
+
+    shards = split_shards(plan, int(a.max_shard_gb * 1e9))
+    rng = np.random.default_rng(a.seed)
+    weight_map = {}
+    for k, entries in enumerate(shards):
+        name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        write_shard(a.out / name, entries, rng)
+        weight_map.update({e[0]: name for e in entries})
+        print(f"wrote {name} ({sum(n_bytes(e[1]) for e in entries) / 1e9:.3f} GB)", file=sys.stderr)
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (a.out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
