@@ -64,6 +64,11 @@ int run_generate(const GenerateArgs& args) {
   if (args.batch_size < 1) throw UsageError(fmt::format("--batch-size must be >= 1 (got {})", args.batch_size));
   if (!args.system.empty() && !args.chat) throw UsageError("--system needs --chat");
 
+  if (!args.stats_json.empty()) {
+    const auto parent = std::filesystem::absolute(args.stats_json).parent_path();
+    if (!std::filesystem::is_directory(parent))
+      throw_error("{}: the folder for --stats-json does not exist", args.stats_json);
+  }
   const auto dir = resolve_model_dir(args.model);
   const std::string prompt_text = read_prompt(args);  // before loading: fail fast on bad input
   const auto load_start = std::chrono::steady_clock::now();

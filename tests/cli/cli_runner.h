@@ -1,0 +1,62 @@
+// Runs the chronos binary as a user would and captures stdout, stderr and the exit status.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace chronos::testing {
+
+struct RunResult {
+  int exit_code = -1;     // -1 when killed by a signal
+  bool signalled = false;
+  std::string out, err;
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(err);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) lines.push_back(line);
+    return lines;
+  }
+};
+
+inline std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// args are quoted; stdin_file, when given, is redirected to standard input.
+inline RunResult run_chronos(const std::vector<std::string>& args, const std::filesystem::path& work,
+                             const std::string& stdin_file = "") {
+  std::string cmd = shell_quote(CHRONOS_BINARY);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  const auto out_path = work / "stdout.txt", err_path = work / "stderr.txt";
+  cmd += " >" + shell_quote(out_path.string()) + " 2>" + shell_quote(err_path.string());
+  cmd += " <" + shell_quote(stdin_file.empty() ? "/dev/null" : stdin_file);
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+    // The shell reports a signal-killed child as 128 + signal.
+    r.signalled = r.exit_code > 128;
+  } else {
+    r.signalled = true;
+  }
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
+}
+
+}  // namespace chronos::testing
