@@ -1,0 +1,151 @@
+// Decode throughput against the memory-bandwidth limit, measured side by side in one run:
+// limit = bytes of weights touched per token / measured read bandwidth (same thread count).
+//   chronos_bench_decode -m MODEL [-n TOKENS] [--threads 1,2] [--json FILE]
+#include <fmt/format.h>
+#include <immintrin.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "chronos/error.h"
+#include "chronos/model.h"
+#include "chronos/thread_pool.h"
+
+namespace chronos {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t bytes_of(const WeightView& w) { return w.rows * w.cols * dtype_size(w.dtype); }
+
+// Reads `bytes` of a buffer with every thread of the pool (a sum, so nothing is optimized away)
+// and returns the best of `repeats` in bytes per second.
+double read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int repeats) {
+  const int64_t n = std::ssize(buffer);
+  double best = 0.0;
+  std::vector<float> sums(size_t(pool.size()) * 16);
+  for (int r = 0; r < repeats; ++r) {
+    const double start = now_seconds();
+    pool.parallel_for(n, 4096, [&](int64_t begin, int64_t end) {
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      int64_t i = begin;
+      for (; i + 32 <= end; i += 32) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&buffer[size_t(i)]));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&buffer[size_t(i + 8)]));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&buffer[size_t(i + 16)]));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(&buffer[size_t(i + 24)]));
+      }
+      float lanes[8];
+      _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+      float s = std::accumulate(lanes, lanes + 8, 0.0f);
+      for (; i < end; ++i) s += buffer[size_t(i)];
+      sums[size_t(begin / 4096 % int64_t(sums.size()))] += s;
+    });
+    best = std::max(best, double(n) * sizeof(float) / (now_seconds() - start));
+  }
+  if (sums[0] == 12345.678f) fmt::print(stderr, " ");  // keep the sums alive
+  return best;
+}
+
+struct TouchedBytes {
+  int64_t dense = 0;    // attention, norms, routers, shared experts, dense MLPs, LM head, one embedding row
+  int64_t experts = 0;  // the routed experts actually selected, averaged per token
+};
+
+}  // namespace
+}  // namespace chronos
+
+int main(int argc, char** argv) {
+  using namespace chronos;
+  CLI::App app{"Decode tokens/s versus the memory-bandwidth limit"};
+  std::string model_dir, json_path;
+  int64_t n_tokens = 64;
+  std::vector<int> thread_counts = {1, available_cpus()};
+  app.add_option("-m,--model", model_dir, "Model folder")->required();
+  app.add_option("-n,--tokens", n_tokens, "Decode steps per measurement")->capture_default_str();
+  app.add_option("--threads", thread_counts, "Thread counts to measure")->delimiter(',');
+  app.add_option("--json", json_path, "Write the results as JSON");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto model = Model::load(model_dir);
+    const ModelConfig& c = model->config();
+    const ModelWeights& w = model->weights();
+
+    // Touch every page once so the timed runs read RAM, not the disk.
+    uint64_t checksum = 0;
+    auto touch = [&](const WeightView& m) {
+      const auto* bytes = static_cast<const unsigned char*>(m.data);
+      for (int64_t off = 0; off < bytes_of(m); off += 4096) checksum += bytes[off];
+    };
+    touch(w.tok_embd);
+    touch(w.output);
+    for (const auto& l : w.layers) {
+      for (const WeightView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shared_gate}) if (m->data) touch(*m);
+      for (const FfnWeights* f : {&l.shared, &l.dense})
+        if (f->present()) { touch(f->gate); touch(f->up); touch(f->down); }
+      for (const auto& e : l.experts) { touch(e.gate); touch(e.up); touch(e.down); }
+    }
+    if (checksum == 1) fmt::print(stderr, " ");
+
+    // Dense bytes per token; routed bytes counted from the real routing of the run.
+    TouchedBytes touched;
+    touched.dense = bytes_of(w.output) + c.n_embd * dtype_size(w.tok_embd.dtype);
+    for (const auto& l : w.layers) {
+      touched.dense += bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo);
+      if (l.is_moe) touched.dense += bytes_of(l.router) + l.shared.n_bytes() + bytes_of(l.shared_gate);
+      else touched.dense += l.dense.n_bytes();
+    }
+    int64_t routed_bytes = 0, route_events = 0;  // one event per (token, MoE layer)
+    model->set_route_observer([&](const RouteEvent& ev) {
+      for (int32_t e : ev.expert_ids) routed_bytes += w.layers[size_t(ev.layer)].experts[size_t(e)].n_bytes();
+      ++route_events;
+    });
+
+    std::vector<float> buffer(size_t(1) << 28);  // 1 GiB, far larger than the caches
+    std::fill(buffer.begin(), buffer.end(), 1.0f);
+    nlohmann::json results = nlohmann::json::array();
+    fmt::print("model {} ({}): {} layers, {} experts top-{}, expert dtype {}\n", model_dir, c.arch_name(), c.n_layer,
+               c.n_expert, c.n_expert_used, dtype_name(model->sizes().expert_dtype));
+    fmt::print("{:>7} {:>12} {:>14} {:>14} {:>12} {:>9}\n", "threads", "read GB/s", "MB/token", "limit tok/s",
+               "decode tok/s", "of limit");
+    for (int threads : thread_counts) {
+      ThreadPool pool(threads);
+      const double bandwidth = read_bandwidth(pool, buffer, 5);
+      KvCache kv(c, n_tokens + 8);
+      auto scratch = model->make_scratch(8, kv.n_ctx());
+      std::vector<float> logits(size_t(c.n_vocab));
+      const std::vector<int32_t> prompt = {1, 2, 3, 4};
+      model->forward(prompt, 0, kv, *scratch, pool, logits.data(), false);
+      routed_bytes = 0;
+      route_events = 0;
+      int32_t token = 5;
+      const double start = now_seconds();
+      for (int64_t i = 0; i < n_tokens; ++i) {
+        model->forward(std::span<const int32_t>(&token, 1), 4 + i, kv, *scratch, pool, logits.data(), false);
+        token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      const double seconds = now_seconds() - start;
+      const double routed_tokens = double(route_events) / double(std::max<int64_t>(c.n_moe_layers(), 1));
+      const double per_token = double(touched.dense) + double(routed_bytes) / std::max(routed_tokens, 1.0);
+      const double limit = bandwidth / per_token;
+      const double rate = double(n_tokens) / seconds;
+      fmt::print("{:>7} {:>12.2f} {:>14.1f} {:>14.2f} {:>12.2f} {:>8.1f}%\n", threads, bandwidth / 1e9, per_token / 1e6,
+                 limit, rate, 100.0 * rate / limit);
+      results.push_back({{"threads", threads}, {"read_bandwidth_bytes_per_second", bandwidth},
+                         {"bytes_per_token", per_token}, {"limit_tokens_per_second", limit},
+                         {"decode_tokens_per_second", rate}, {"fraction_of_limit", rate / limit}});
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+  } catch (const Error& e) {
+    fmt::print(stderr, "chronos_bench_decode: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}
