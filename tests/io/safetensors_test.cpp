@@ -109,7 +109,7 @@ TEST_F(SafetensorsTest, RoundTripOfNoTensors) {
 TEST_F(SafetensorsTest, ReadsFileWrittenByReferenceLibrary) {
   const auto file = SafetensorsFile::open(kFixtures / "io" / "hf_written.safetensors");
   EXPECT_EQ(file->metadata().at("format"), "pt");
-  EXPECT_EQ(file->metadata().at("note"), "chronos io test");
+  EXPECT_EQ(file->metadata().size(), 1u);
   ASSERT_EQ(file->tensors().size(), 7u);
 
   const TensorInfo* f32 = file->find("f32");
