@@ -1,0 +1,141 @@
+// ModelConfig::load: per-architecture keys, defaults, the dense-layer rule, and refusals.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "chronos/error.h"
+#include "chronos/model_config.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("chronos_cfg_" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  ModelConfig load(const json& j) {
+    std::ofstream(dir_ / "config.json") << j.dump();
+    return ModelConfig::load(dir_);
+  }
+  std::string error_of(const json& j) {
+    try {
+      load(j);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+json qwen2_moe() {
+  return {{"model_type", "qwen2_moe"}, {"hidden_size", 64}, {"num_hidden_layers", 6}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"vocab_size", 100}, {"num_experts", 8}, {"num_experts_per_tok", 2},
+          {"moe_intermediate_size", 32}, {"shared_expert_intermediate_size", 48}, {"intermediate_size", 96},
+          {"decoder_sparse_step", 2}, {"mlp_only_layers", {3}}, {"rope_theta", 1000000.0}};
+}
+
+TEST_F(ConfigTest, QwenDenseLayerRuleIsOneBased) {
+  const ModelConfig c = load(qwen2_moe());
+  // (i + 1) % 2 == 0 -> layers 1, 3, 5; layer 3 is listed in mlp_only_layers.
+  EXPECT_EQ(c.layer_is_moe, (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_EQ(c.n_moe_layers(), 2);
+  EXPECT_EQ(c.n_ff_dense, 96);
+  EXPECT_EQ(c.n_ff_expert, 32);
+  EXPECT_EQ(c.n_ff_shared, 48);
+  EXPECT_TRUE(c.attn_qkv_bias);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-6f);
+}
+
+TEST_F(ConfigTest, MixtralDefaults) {
+  const ModelConfig c = load({{"model_type", "mixtral"}, {"hidden_size", 64}, {"num_hidden_layers", 2},
+                              {"num_attention_heads", 4}, {"vocab_size", 100}, {"num_local_experts", 8},
+                              {"num_experts_per_tok", 2}, {"intermediate_size", 128}, {"sliding_window", nullptr}});
+  EXPECT_EQ(c.n_head_kv, 4);        // missing -> n_head
+  EXPECT_TRUE(c.norm_topk_prob);    // Mixtral always renormalizes
+  EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
+  EXPECT_FALSE(c.sliding_window.has_value());
+  EXPECT_FALSE(c.tie_word_embeddings);
+}
+
+TEST_F(ConfigTest, Qwen3HeadDimAndRopeParameters) {
+  json j = {{"model_type", "qwen3_moe"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+            {"num_key_value_heads", 2}, {"head_dim", 32}, {"vocab_size", 100}, {"num_local_experts", 8},
+            {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}, {"norm_topk_prob", true},
+            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
+  const ModelConfig c = load(j);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.q_dim(), 128);  // != hidden_size
+  EXPECT_EQ(c.n_expert, 8);
+  EXPECT_EQ(c.qk_norm, QkNorm::kPerHead);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_FLOAT_EQ(c.rope_theta, 5000.0f);
+}
+
+TEST_F(ConfigTest, EosListFromGenerationConfig) {
+  json j = qwen2_moe();
+  j["eos_token_id"] = 5;
+  std::ofstream(dir_ / "generation_config.json") << R"({"eos_token_id": [7, 9]})";
+  EXPECT_EQ(load(j).eos_token_ids, (std::vector<int32_t>{7, 9}));
+}
+
+TEST_F(ConfigTest, LinearRopeScalingAccepted) {
+  json j = qwen2_moe();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  const ModelConfig c = load(j);
+  EXPECT_EQ(c.rope_type, RopeType::kLinear);
+  EXPECT_FLOAT_EQ(c.rope_factor, 2.0f);
+}
+
+TEST_F(ConfigTest, RefusalsNameTheProblem) {
+  json j = qwen2_moe();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_NE(error_of(j).find("yarn"), std::string::npos);
+  j = qwen2_moe();
+  j["use_sliding_window"] = true;
+  EXPECT_NE(error_of(j).find("use_sliding_window"), std::string::npos);
+  j = qwen2_moe();
+  j.erase("hidden_size");
+  EXPECT_NE(error_of(j).find("hidden_size"), std::string::npos);
+  j = qwen2_moe();
+  j["num_key_value_heads"] = 3;
+  EXPECT_NE(error_of(j).find("num_key_value_heads"), std::string::npos);
+  j = qwen2_moe();
+  j["num_experts_per_tok"] = 9;
+  EXPECT_NE(error_of(j).find("num_experts_per_tok"), std::string::npos);
+  j = qwen2_moe();
+  j["model_type"] = "llama";
+  EXPECT_NE(error_of(j).find("'llama' is not supported"), std::string::npos);
+  j = qwen2_moe();
+  j["hidden_act"] = "gelu";
+  EXPECT_NE(error_of(j).find("hidden_act"), std::string::npos);
+  j = qwen2_moe();
+  j["quantization_config"] = {{"quant_method", "fp8"}};
+  EXPECT_NE(error_of(j).find("quantization_config"), std::string::npos);
+  j = qwen2_moe();
+  j["hidden_size"] = "64";
+  EXPECT_NE(error_of(j).find("hidden_size"), std::string::npos);
+  // Every message names the file.
+  EXPECT_NE(error_of(j).find("config.json"), std::string::npos);
+}
+
+TEST_F(ConfigTest, MissingFolderAndFile) {
+  EXPECT_THROW(ModelConfig::load(dir_ / "absent"), Error);
+  EXPECT_THROW(ModelConfig::load(dir_), Error);  // no config.json
+}
+
+}  // namespace
+}  // namespace chronos
