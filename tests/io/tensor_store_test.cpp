@@ -74,6 +74,24 @@ TEST_F(TensorStoreTest, OpensSingleFileFolder) {
   EXPECT_EQ(store.total_bytes() % 4, 0);
 }
 
+// Every committed checkpoint opens, and holds only the dtype its config.json declares.
+TEST_F(TensorStoreTest, EveryFixtureModelOpensWithItsDeclaredDtype) {
+  int n_folders = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kFixtures / "models")) {
+    if (!entry.is_directory()) continue;
+    ++n_folders;
+    const auto config = read_json(entry.path() / "config.json");
+    const std::string declared = config["dtype"];
+    const DType expected = declared == "bfloat16" ? DType::kBF16 : DType::kF32;
+    EXPECT_TRUE(declared == "bfloat16" || declared == "float32") << declared;
+    const TensorStore store = TensorStore::open(entry.path());
+    ASSERT_FALSE(store.all().empty()) << entry.path();
+    for (const auto* tensor : store.all()) EXPECT_EQ(tensor->dtype, expected) << entry.path() << " " << tensor->name;
+    EXPECT_NE(store.find("model.embed_tokens.weight"), nullptr) << entry.path();
+  }
+  EXPECT_GE(n_folders, 10);
+}
+
 TEST_F(TensorStoreTest, GetNamesMissingTensor) {
   const auto folder = kFixtures / "models" / "mixtral-tied-f32";
   const TensorStore store = TensorStore::open(folder);
