@@ -1,0 +1,97 @@
+// Tokenizer: Hugging Face tokenizer.json (byte-level and SentencePiece-style BPE), chat templates,
+// and the incremental detokenizer used for streaming output.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace chronos {
+
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+namespace tokenizer_detail {
+struct TokenizerImpl;
+}
+
+// Immutable after load and safe to share between threads (the BPE word cache is locked).
+// Copies are cheap: they share the loaded tables.
+class Tokenizer {
+ public:
+  // Reads <dir>/tokenizer.json and, when present, tokenizer_config.json (bos/eos tokens,
+  // add_bos_token, chat_template) and chat_template.jinja. Throws chronos::Error naming the file.
+  static Tokenizer load(const std::filesystem::path& model_dir);
+
+  // Builds a tokenizer from the text of a tokenizer.json and (optionally) of a
+  // tokenizer_config.json; `source` names them in error messages.
+  static Tokenizer from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json = {},
+                             std::string_view source = "tokenizer.json");
+
+  // Throws chronos::Error("prompt is not valid UTF-8 (byte offset N)") on invalid UTF-8.
+  // add_special_tokens applies the post_processor (e.g. Mistral's BOS), as HF does.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+
+  // Ids that are neither in the model vocab nor added tokens are skipped, as HF does.
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+
+  int32_t vocab_size() const;  // max id + 1 over model vocab and added tokens
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::string_view id_to_token(int32_t id) const;  // throws Error on out-of-range
+  bool is_special(int32_t id) const;
+  std::optional<int32_t> bos_id() const;
+  std::vector<int32_t> eos_ids() const;  // from tokenizer_config eos_token (may be empty)
+
+  bool has_chat_template() const;
+  // Renders the conversation with the family of the model's chat template: ChatML
+  // ("<|im_start|>", Qwen; a default system prompt written in the template is injected when the
+  // conversation has none), Mistral "[INST]" (both the original and the system-message revision),
+  // Tulu "<|user|>" (OLMoE instruct). The family is detected from the template text; an unknown
+  // family, a missing template or a conversation the template would reject throws Error.
+  //
+  // The result already holds BOS where the template puts it: encode it with
+  // add_special_tokens=false, or the BOS is doubled.
+  std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+
+  // The template text (empty when there is none).
+  const std::string& chat_template() const;
+
+ private:
+  friend class TokenStreamDecoder;
+  explicit Tokenizer(std::shared_ptr<tokenizer_detail::TokenizerImpl> impl);
+  std::shared_ptr<tokenizer_detail::TokenizerImpl> impl_;
+};
+
+// Renders `messages` with the family detected from `template_text` (see apply_chat_template).
+std::string render_chat_template(std::string_view template_text, std::string_view bos_token,
+                                 std::string_view eos_token, std::span<const ChatMessage> messages,
+                                 bool add_generation_prompt);
+
+// Incremental detokenizer for streaming: push ids one by one, get back only complete UTF-8
+// text (never half a character). The concatenation of all push() outputs and finish() equals
+// Tokenizer::decode of all ids. Text is held back while it could still change: a trailing
+// incomplete UTF-8 sequence, and a run of byte-fallback tokens (<0xXX>) until a non-byte token
+// ends it (HF turns a whole run into U+FFFD when any part is invalid). finish() flushes the rest,
+// invalid bytes becoming U+FFFD as HF does.
+class TokenStreamDecoder {
+ public:
+  TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens);
+  std::string push(int32_t id);
+  std::string finish();
+
+ private:
+  std::shared_ptr<const tokenizer_detail::TokenizerImpl> impl_;
+  bool skip_special_tokens_;
+  std::vector<int32_t> window_;  // ids since the last point where all text was final
+  size_t emitted_ = 0;           // bytes of the window's text already returned
+  bool at_start_ = true;         // no decoded token has gone out yet
+};
+
+}  // namespace chronos

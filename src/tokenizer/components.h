@@ -1,0 +1,66 @@
+// The tokenizer.json pipeline components: normalizers, pre-tokenizers, post-processors, decoders.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace chronos::tokenizer_detail {
+
+// A piece of text on its way to the model. at_start: it begins at offset 0 of the original input
+// (Metaspace's prepend_scheme "first" only prepends to such a piece).
+struct Piece {
+  std::string text;
+  bool at_start = false;
+};
+
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual std::string normalize(std::string text) const = 0;
+};
+
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  // Replaces the pieces with their finer split.
+  virtual void pre_tokenize(std::vector<Piece>& pieces) const = 0;
+};
+
+// Where a decode call sits in the whole sequence: decoders that treat the first token or the
+// start/end of the text specially (Metaspace, Strip after Fuse) need to know, so that a
+// streaming decoder can decode a window in the middle.
+struct DecodeContext {
+  bool at_start = true;
+  bool at_end = true;
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // `fused` is true once an earlier decoder has joined all tokens into one string.
+  virtual void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context,
+                            bool& fused) const = 0;
+};
+
+// Tokens added around the model's ids when add_special_tokens is true.
+struct PostProcessor {
+  std::vector<int32_t> prefix_ids;
+  std::vector<int32_t> suffix_ids;
+};
+
+// Each parser throws Error naming the component type it does not support.
+std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& node);
+std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const nlohmann::json& node);
+std::unique_ptr<Decoder> parse_decoder(const nlohmann::json& node);
+PostProcessor parse_post_processor(const nlohmann::json& node);
+
+// True for the "<0xXX>" tokens of byte fallback; stores the byte.
+bool parse_byte_token(std::string_view token, unsigned char& byte);
+
+}  // namespace chronos::tokenizer_detail

@@ -1,0 +1,95 @@
+// TokenStreamDecoder: incremental detokenization that only ever returns final, whole characters.
+//
+// The decoder keeps a window of ids since the last point where everything decoded so far was
+// final. Each push re-decodes only that window (with a context telling the decoders whether the
+// window is the start of the sequence), returns the new text up to the part that could still
+// change, and drops the window once nothing is pending. Because every decoder here is a per-token
+// map plus concatenation, with first-token rules and byte merging as the only couplings, decoding
+// window by window reproduces the full decode exactly.
+#include "chronos/error.h"
+#include "chronos/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
+#include "tokenizer/utf8.h"
+
+namespace chronos {
+
+using tokenizer_detail::DecodeContext;
+
+TokenStreamDecoder::TokenStreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
+    : impl_(tokenizer.impl_), skip_special_tokens_(skip_special_tokens) {}
+
+namespace {
+
+bool is_decoded(const tokenizer_detail::TokenizerImpl& impl, int32_t id, bool skip_special_tokens) {
+  const auto* added = impl.added(id);
+  if (skip_special_tokens && added != nullptr && added->special) return false;
+  return impl.token_text(id) != nullptr;
+}
+
+}  // namespace
+
+std::string TokenStreamDecoder::push(int32_t id) {
+  const auto& impl = *impl_;
+  window_.push_back(id);
+  const DecodeContext context{at_start_, /*at_end=*/false};
+  const std::string text = impl.decode(window_, skip_special_tokens_, context);
+  size_t safe = text.size();
+  bool pending = false;
+
+  // A run of byte-fallback tokens decodes as a unit (all U+FFFD if any byte is invalid), so none
+  // of it is final until a non-byte token ends the run.
+  if (impl.decoder_has_byte_fallback) {
+    size_t run_start = window_.size();
+    while (run_start > 0) {
+      const int32_t prev = window_[run_start - 1];
+      if (!is_decoded(impl, prev, skip_special_tokens_)) {
+        --run_start;  // skipped ids are invisible to the decoder
+        continue;
+      }
+      unsigned char byte = 0;
+      if (!tokenizer_detail::parse_byte_token(*impl.token_text(prev), byte)) break;
+      --run_start;
+    }
+    if (run_start < window_.size() && is_decoded(impl, window_.back(), skip_special_tokens_)) {
+      unsigned char byte = 0;
+      if (tokenizer_detail::parse_byte_token(*impl.token_text(window_.back()), byte)) {
+        const auto before = std::span<const int32_t>(window_).first(run_start);
+        safe = impl.decode(before, skip_special_tokens_, context).size();
+        pending = true;
+      }
+    }
+  }
+  // A trailing U+FFFD may be an incomplete UTF-8 sequence that the next token completes.
+  while (safe >= 3 && tokenizer_detail::ends_with_replacement_char(std::string_view(text).substr(0, safe))) {
+    safe -= 3;
+    pending = true;
+  }
+
+  std::string out;
+  if (safe > emitted_) {
+    out = text.substr(emitted_, safe - emitted_);
+    emitted_ = safe;
+  }
+  if (!pending) {
+    for (const int32_t held : window_) {
+      if (is_decoded(impl, held, skip_special_tokens_)) at_start_ = false;
+    }
+    window_.clear();
+    emitted_ = 0;
+  }
+  return out;
+}
+
+std::string TokenStreamDecoder::finish() {
+  const DecodeContext context{at_start_, /*at_end=*/true};
+  const std::string text = impl_->decode(window_, skip_special_tokens_, context);
+  std::string out = text.size() > emitted_ ? text.substr(emitted_) : std::string();
+  for (const int32_t held : window_) {
+    if (is_decoded(*impl_, held, skip_special_tokens_)) at_start_ = false;
+  }
+  window_.clear();
+  emitted_ = 0;
+  return out;
+}
+
+}  // namespace chronos
