@@ -25,6 +25,12 @@ std::string human_bytes(int64_t bytes) {
   return fmt::format("{:.2f} {}", value, units[unit]);
 }
 
+std::string human_count(int64_t n) {
+  if (n >= 1'000'000'000) return fmt::format("{:.2f} B", double(n) / 1e9);
+  if (n >= 1'000'000) return fmt::format("{:.2f} M", double(n) / 1e6);
+  return fmt::format("{:.1f} K", double(n) / 1e3);
+}
+
 int run_inspect(const InspectArgs& args) {
   if (!args.model.empty() && !args.positional.empty()) throw UsageError("give the model folder once (-m or positional)");
   const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
@@ -58,7 +64,7 @@ int run_inspect(const InspectArgs& args) {
              c.head_dim, c.attn_qkv_bias ? ", q/k/v bias" : "");
   fmt::print("vocabulary       {}\n", c.n_vocab);
   fmt::print("context          {} (rope theta {})\n", c.n_ctx_train, c.rope_theta);
-  fmt::print("parameters       {:.3f} B total, {:.3f} B active per token\n", double(total_params) / 1e9, double(active_params) / 1e9);
+  fmt::print("parameters       {} total, {} active per token\n", human_count(total_params), human_count(active_params));
   fmt::print("dense            {} params, {}\n", s.dense_params, human_bytes(s.dense_bytes));
   fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),
              human_bytes(s.bytes_per_expert), dtype_name(s.expert_dtype));
