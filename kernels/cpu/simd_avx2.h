@@ -13,7 +13,6 @@ namespace {
 struct Avx2 {
   using Vec = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kMatvecRows = 4;  // weight rows in flight in the n_tokens == 1 kernel
   static constexpr int kTokenBlock = 2;  // 4 rows x 2 tokens = 8 accumulators of 16 registers
 
   static __m256i mask(int n) {

@@ -18,7 +18,6 @@ namespace {
 struct Avx512 {
   using Vec = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kMatvecRows = 4;  // weight rows in flight in the n_tokens == 1 kernel
   static constexpr int kTokenBlock = 4;  // 4 rows x 4 tokens = 16 accumulators of 32 registers
 
   static __mmask16 mask(int n) { return __mmask16((1u << n) - 1u); }
