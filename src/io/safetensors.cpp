@@ -6,11 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
@@ -27,9 +27,7 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
   throw Error(fmt::format("{}: {}", path.string(), message));
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // A tensor entry as parsed from the header, before its offsets are checked against the file.
 struct HeaderEntry {
@@ -48,11 +46,8 @@ bool read_size(const nlohmann::json& value, uint64_t& out) {
   return out <= uint64_t(INT64_MAX);
 }
 
-HeaderEntry parse_entry(const std::filesystem::path& path, const std::string& name,
-                        const nlohmann::json& value) {
-  const auto bad = [&](std::string_view what) {
-    fail(path, fmt::format("tensor {}: {}", name, what));
-  };
+HeaderEntry parse_entry(const std::filesystem::path& path, const std::string& name, const nlohmann::json& value) {
+  const auto bad = [&](std::string_view what) { fail(path, fmt::format("tensor {}: {}", name, what)); };
   if (!value.is_object()) bad("entry is not a JSON object");
   HeaderEntry entry;
   entry.name = name;
@@ -68,7 +63,8 @@ HeaderEntry parse_entry(const std::filesystem::path& path, const std::string& na
   if (shape_it == value.end() || !shape_it->is_array()) bad("missing or non-array \"shape\"");
   for (const auto& dim : *shape_it) {
     uint64_t size = 0;
-    if (!read_size(dim, size)) bad(fmt::format("shape {} has a dimension that is not a non-negative integer", shape_it->dump()));
+    if (!read_size(dim, size))
+      bad(fmt::format("shape {} has a dimension that is not a non-negative integer", shape_it->dump()));
     entry.shape.push_back(int64_t(size));
   }
 
@@ -160,8 +156,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
       if (value.is_null()) continue;
       if (!value.is_object()) fail(path, "__metadata__ is not a JSON object");
       for (const auto& [meta_key, meta_value] : value.items()) {
-        if (!meta_value.is_string())
-          fail(path, fmt::format("__metadata__ value of \"{}\" is not a string", meta_key));
+        if (!meta_value.is_string()) fail(path, fmt::format("__metadata__ value of \"{}\" is not a string", meta_key));
         file->metadata_[meta_key] = meta_value.get<std::string>();
       }
       continue;
@@ -177,25 +172,23 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   std::string previous_name;
   for (const auto& entry : entries) {
     const std::string offsets = fmt::format("data_offsets [{}, {}]", entry.begin, entry.end);
-    if (entry.end < entry.begin)
-      fail(path, fmt::format("tensor {}: {} end before they begin", entry.name, offsets));
+    if (entry.end < entry.begin) fail(path, fmt::format("tensor {}: {} end before they begin", entry.name, offsets));
     if (entry.begin > previous_end) {
       fail(path, previous_name.empty()
-                     ? fmt::format("tensor {}: {} leave a hole of {} bytes at the start of the data",
-                                   entry.name, offsets, entry.begin)
-                     : fmt::format("tensor {}: {} leave a hole of {} bytes after tensor {} (ends at {})",
-                                   entry.name, offsets, entry.begin - previous_end, previous_name,
-                                   previous_end));
+                     ? fmt::format("tensor {}: {} leave a hole of {} bytes at the start of the data", entry.name,
+                                   offsets, entry.begin)
+                     : fmt::format("tensor {}: {} leave a hole of {} bytes after tensor {} (ends at {})", entry.name,
+                                   offsets, entry.begin - previous_end, previous_name, previous_end));
     }
     if (entry.begin < previous_end)
-      fail(path, fmt::format("tensor {}: {} overlap tensor {} (ends at {})", entry.name, offsets,
-                             previous_name, previous_end));
+      fail(path, fmt::format("tensor {}: {} overlap tensor {} (ends at {})", entry.name, offsets, previous_name,
+                             previous_end));
 
     uint64_t n_elements = 1;
     for (int64_t dim : entry.shape)
       if (__builtin_mul_overflow(n_elements, uint64_t(dim), &n_elements))
-        fail(path, fmt::format("tensor {}: shape {} overflows the element count", entry.name,
-                               shape_string(entry.shape)));
+        fail(path,
+             fmt::format("tensor {}: shape {} overflows the element count", entry.name, shape_string(entry.shape)));
     uint64_t n_bits = 0;
     if (__builtin_mul_overflow(n_elements, uint64_t(dtype_bits(entry.dtype)), &n_bits))
       fail(path, fmt::format("tensor {}: shape {} of {} overflows the byte count", entry.name,
@@ -272,16 +265,14 @@ std::string build_header(const std::filesystem::path& path, std::span<const Tens
   for (const auto& tensor : tensors) {
     if (tensor.name.empty() || tensor.name == "__metadata__")
       fail(path, fmt::format("cannot write a tensor named \"{}\"", tensor.name));
-    if (!names.insert(tensor.name).second)
-      fail(path, fmt::format("tensor {}: name given twice", tensor.name));
+    if (!names.insert(tensor.name).second) fail(path, fmt::format("tensor {}: name given twice", tensor.name));
     uint64_t n_bytes = uint64_t(dtype_size(tensor.dtype));
     for (int64_t dim : tensor.shape)
       if (dim < 0 || __builtin_mul_overflow(n_bytes, uint64_t(dim), &n_bytes))
         fail(path, fmt::format("tensor {}: invalid shape {}", tensor.name, shape_string(tensor.shape)));
     if (n_bytes != tensor.bytes.size())
       fail(path, fmt::format("tensor {}: {} bytes given for shape {} of {} ({} bytes)", tensor.name,
-                             tensor.bytes.size(), shape_string(tensor.shape), dtype_name(tensor.dtype),
-                             n_bytes));
+                             tensor.bytes.size(), shape_string(tensor.shape), dtype_name(tensor.dtype), n_bytes));
     nlohmann::json entry;
     entry["dtype"] = std::string(dtype_name(tensor.dtype));
     entry["shape"] = tensor.shape;

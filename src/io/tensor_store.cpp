@@ -56,8 +56,7 @@ TensorStore TensorStore::open(const std::filesystem::path& dir_or_file) {
   const auto add_file = [&store](std::shared_ptr<SafetensorsFile> file) {
     for (const auto& tensor : file->tensors()) {
       const auto [it, inserted] = store.by_name_.emplace(tensor.name, &tensor);
-      if (!inserted)
-        throw_error("{}: tensor {} is also in {}", file->path().string(), tensor.name, it->second->file);
+      if (!inserted) throw_error("{}: tensor {} is also in {}", file->path().string(), tensor.name, it->second->file);
     }
     store.files_.push_back(std::move(file));
   };
@@ -66,12 +65,12 @@ TensorStore TensorStore::open(const std::filesystem::path& dir_or_file) {
     add_file(SafetensorsFile::open(dir_or_file));
     return store;
   }
-  if (std::filesystem::exists(dir_or_file / kSingleFile)) {
+  if (std::filesystem::exists(dir_or_file / kSingleFile, error)) {
     add_file(SafetensorsFile::open(dir_or_file / kSingleFile));
     return store;
   }
   const auto index_path = dir_or_file / kIndexFile;
-  if (!std::filesystem::exists(index_path))
+  if (!std::filesystem::exists(index_path, error))
     throw_error("no {} or {} in {}", kSingleFile, kIndexFile, dir_or_file.string());
 
   const auto weight_map = read_weight_map(index_path);
@@ -79,7 +78,7 @@ TensorStore TensorStore::open(const std::filesystem::path& dir_or_file) {
   for (const auto& [name, shard] : weight_map) first_tensor_of_shard.emplace(shard, name);
   for (const auto& [shard, some_tensor] : first_tensor_of_shard) {
     const auto shard_path = dir_or_file / shard;
-    if (!std::filesystem::exists(shard_path))
+    if (!std::filesystem::exists(shard_path, error))
       throw_error("{}: shard {} (holding tensor {}) does not exist", index_path.string(), shard, some_tensor);
     add_file(SafetensorsFile::open(shard_path));
     for (const auto& tensor : store.files_.back()->tensors()) {
@@ -91,11 +90,9 @@ TensorStore TensorStore::open(const std::filesystem::path& dir_or_file) {
   for (const auto& [name, shard] : weight_map) {
     const auto it = store.by_name_.find(name);
     if (it == store.by_name_.end())
-      throw_error("{}: tensor {} is mapped to {} but that shard does not contain it", index_path.string(), name,
-                  shard);
+      throw_error("{}: tensor {} is mapped to {} but that shard does not contain it", index_path.string(), name, shard);
     if (std::filesystem::path(it->second->file).filename() != shard)
-      throw_error("{}: tensor {} is mapped to {} but found in {}", index_path.string(), name, shard,
-                  it->second->file);
+      throw_error("{}: tensor {} is mapped to {} but found in {}", index_path.string(), name, shard, it->second->file);
   }
   return store;
 }

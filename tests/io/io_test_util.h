@@ -48,8 +48,7 @@ inline std::string read_bytes(const std::filesystem::path& path) {
 
 // 8-byte little-endian length (`claimed_length`, or the header's real size), the header text,
 // then `data_bytes` bytes of data.
-inline std::string safetensors_bytes(std::string_view header, size_t data_bytes,
-                                     uint64_t claimed_length = UINT64_MAX) {
+inline std::string safetensors_bytes(std::string_view header, size_t data_bytes, uint64_t claimed_length = UINT64_MAX) {
   const uint64_t length = claimed_length == UINT64_MAX ? header.size() : claimed_length;
   std::string bytes;
   for (int i = 0; i < 8; ++i) bytes.push_back(char(uint8_t(length >> (8 * i))));

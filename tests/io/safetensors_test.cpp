@@ -158,17 +158,14 @@ TEST_F(SafetensorsTest, ReadsFileWrittenByReferenceLibrary) {
   EXPECT_EQ(empty->n_bytes, 0);
   // Tensors are listed in data order and tile the buffer.
   for (size_t i = 1; i < file->tensors().size(); ++i)
-    EXPECT_EQ(file->tensors()[i].file_offset,
-              file->tensors()[i - 1].file_offset + file->tensors()[i - 1].n_bytes);
+    EXPECT_EQ(file->tensors()[i].file_offset, file->tensors()[i - 1].file_offset + file->tensors()[i - 1].n_bytes);
 }
 
 TEST_F(SafetensorsTest, RejectsFileShorterThanLengthField) {
   expect_rejected(std::string_view("\x02\x00\x00\x00\x00", 5), {"5 bytes", "too small"});
 }
 
-TEST_F(SafetensorsTest, RejectsMissingFile) {
-  expect_open_fails(dir_ / "absent.safetensors", {"cannot open"});
-}
+TEST_F(SafetensorsTest, RejectsMissingFile) { expect_open_fails(dir_ / "absent.safetensors", {"cannot open"}); }
 
 TEST_F(SafetensorsTest, RejectsHeaderLengthPastEndOfFile) {
   expect_rejected(safetensors_bytes("{}", 0, 1000), {"header length 1000", "past the end"});
@@ -247,8 +244,7 @@ TEST_F(SafetensorsTest, RejectsTrailingBytes) {
 
 TEST_F(SafetensorsTest, RejectsSizeNotMatchingShape) {
   const std::string message = expect_rejected(
-      safetensors_bytes(R"({"model.norm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 10]}})", 10),
-      {});
+      safetensors_bytes(R"({"model.norm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 10]}})", 10), {});
   EXPECT_EQ(message, (dir_ / "bad.safetensors").string() +
                          ": tensor model.norm.weight: data_offsets [0, 10] do not match shape [4] of F32 (16 bytes)");
 }
@@ -262,10 +258,9 @@ TEST_F(SafetensorsTest, RejectsDuplicateNames) {
 
 TEST_F(SafetensorsTest, RejectsShapeOverflow) {
   // 2^32 * 2^32 * 16 overflows 64 bits in the element count.
-  expect_rejected(
-      safetensors_bytes(R"({"big": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 0]}})",
-                        0),
-      {"tensor big", "overflows the element count"});
+  expect_rejected(safetensors_bytes(
+                      R"({"big": {"dtype": "F32", "shape": [4294967296, 4294967296, 16], "data_offsets": [0, 0]}})", 0),
+                  {"tensor big", "overflows the element count"});
   // 2^62 elements fit, their 32-bit sizes in bits do not.
   expect_rejected(
       safetensors_bytes(R"({"big": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})", 0),

@@ -44,9 +44,7 @@ class TensorStoreTest : public test::ScratchDir {
   }
 };
 
-nlohmann::json read_json(const std::filesystem::path& path) {
-  return nlohmann::json::parse(test::read_bytes(path));
-}
+nlohmann::json read_json(const std::filesystem::path& path) { return nlohmann::json::parse(test::read_bytes(path)); }
 
 TEST_F(TensorStoreTest, OpensSingleFileFolder) {
   const auto folder = kFixtures / "models" / "mixtral-f32";
@@ -136,14 +134,11 @@ TEST_F(TensorStoreTest, RejectsFolderWithoutWeights) {
     TensorStore::open(dir_);
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "no model.safetensors or model.safetensors.index.json in " + dir_.string());
+    EXPECT_EQ(std::string(e.what()), "no model.safetensors or model.safetensors.index.json in " + dir_.string());
   }
 }
 
-TEST_F(TensorStoreTest, RejectsMissingPath) {
-  EXPECT_THROW(TensorStore::open(dir_ / "nowhere"), Error);
-}
+TEST_F(TensorStoreTest, RejectsMissingPath) { EXPECT_THROW(TensorStore::open(dir_ / "nowhere"), Error); }
 
 TEST_F(TensorStoreTest, ShardedGood) {
   write_shard("a.safetensors", {"x", "y"});
