@@ -1,0 +1,84 @@
+// Chat template rendering against transformers' apply_chat_template output stored in the fixtures.
+#include <gtest/gtest.h>
+
+#include "chronos/error.h"
+#include "chronos/tokenizer.h"
+#include "tokenizer/fixture_util.h"
+
+namespace chronos {
+namespace {
+
+std::vector<ChatMessage> messages_of(const nlohmann::json& node) {
+  std::vector<ChatMessage> messages;
+  for (const auto& m : node) messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return messages;
+}
+
+class ChatReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChatReference, RendersLikeTransformers) {
+  const auto tokenizer = Tokenizer::load(test::tokenizer_fixture(GetParam()));
+  const auto cases = test::read_json(test::tokenizer_fixture(GetParam()) / "cases.json");
+  ASSERT_TRUE(tokenizer.has_chat_template());
+  ASSERT_FALSE(cases["chats"].empty());
+  int rendered = 0, refused = 0;
+  for (const auto& chat : cases["chats"]) {
+    const auto messages = messages_of(chat["messages"]);
+    const bool generation = chat["add_generation_prompt"].get<bool>();
+    if (chat.contains("error")) {
+      EXPECT_THROW(tokenizer.apply_chat_template(messages, generation), Error) << chat.dump();
+      ++refused;
+    } else {
+      EXPECT_EQ(tokenizer.apply_chat_template(messages, generation), chat["rendered"].get<std::string>())
+          << chat.dump();
+      ++rendered;
+    }
+  }
+  EXPECT_GT(rendered, 0);
+  (void)refused;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ChatReference,
+                         ::testing::Values("qwen2", "mistral", "mistral_metaspace", "synth_bytelevel",
+                                           "synth_ignore_merges", "synth_metaspace"),
+                         [](const auto& info) { return info.param; });
+
+TEST(ChatTemplate, QwenRenderEncodesWithoutAddedBos) {
+  const auto qwen = Tokenizer::load(test::tokenizer_fixture("qwen2"));
+  const std::vector<ChatMessage> messages = {{"user", "Hi"}};
+  const auto ids = qwen.encode(qwen.apply_chat_template(messages, true), false);
+  // <|im_start|>system ... then the specials appear as single ids.
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), 151644);
+  EXPECT_EQ(ids[ids.size() - 3], 151644);  // <|im_start|> assistant \n
+}
+
+TEST(ChatTemplate, MistralRenderHoldsExactlyOneBos) {
+  const auto mistral = Tokenizer::load(test::tokenizer_fixture("mistral"));
+  const std::vector<ChatMessage> messages = {{"user", "Hi"}};
+  const auto ids = mistral.encode(mistral.apply_chat_template(messages, true), false);
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_NE(ids[1], 1);
+}
+
+TEST(ChatTemplate, UnknownFamilyAndMissingTemplateThrow) {
+  const std::vector<ChatMessage> messages = {{"user", "Hi"}};
+  EXPECT_THROW(render_chat_template("{{ messages }}", "", "", messages, true), Error);
+  EXPECT_THROW(render_chat_template("", "", "", messages, true), Error);
+  const auto synth = Tokenizer::load(test::tokenizer_fixture("synth_affixes"));
+  EXPECT_FALSE(synth.has_chat_template());
+  EXPECT_THROW(synth.apply_chat_template(messages, true), Error);
+}
+
+TEST(ChatTemplate, ChatmlWithoutDefaultSystemAddsNone) {
+  const std::string tmpl =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + '\\n'}}{% endfor %}";
+  const std::vector<ChatMessage> messages = {{"user", "a"}};
+  EXPECT_EQ(render_chat_template(tmpl, "", "", messages, true),
+            "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n");
+}
+
+}  // namespace
+}  // namespace chronos
