@@ -82,3 +82,41 @@ TEST(ChatTemplate, ChatmlWithoutDefaultSystemAddsNone) {
 
 }  // namespace
 }  // namespace chronos
+
+namespace chronos {
+namespace {
+
+// The tiny test checkpoints (tools/make_test_models.py) store transformers' own tokenization of
+// a prompt and a chat render; when they are present, they must agree with ours too.
+TEST(TestModelTokenizers, MatchTransformersReference) {
+  const auto root = std::filesystem::path(CHRONOS_TEST_DATA_DIR) / "models";
+  int checked = 0;
+  if (std::filesystem::exists(root)) {
+    for (const auto& entry : std::filesystem::directory_iterator(root)) {
+      const auto dir = entry.path();
+      if (!std::filesystem::exists(dir / "tokenizer.json") || !std::filesystem::exists(dir / "reference.json")) {
+        continue;
+      }
+      const auto reference = test::read_json(dir / "reference.json");
+      if (!reference.contains("text_case")) continue;
+      const auto& text_case = reference["text_case"];
+      const auto tokenizer = Tokenizer::load(dir);
+      SCOPED_TRACE(dir.string());
+      EXPECT_EQ(tokenizer.encode(text_case["prompt"].get<std::string>(), true),
+                text_case["ids"].get<std::vector<int32_t>>());
+      if (text_case.contains("chat_text")) {
+        const auto messages = messages_of(text_case["chat_messages"]);
+        EXPECT_EQ(tokenizer.apply_chat_template(messages, true), text_case["chat_text"].get<std::string>());
+        EXPECT_EQ(tokenizer.encode(text_case["chat_text"].get<std::string>(), false),
+                  text_case["chat_ids"].get<std::vector<int32_t>>());
+      }
+      EXPECT_EQ(tokenizer.decode(text_case["greedy"].get<std::vector<int32_t>>()),
+                text_case["greedy_text"].get<std::string>());
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no test checkpoints with reference.json under " << root;
+}
+
+}  // namespace
+}  // namespace chronos
