@@ -62,7 +62,7 @@ class Generator {
   ThreadPool& pool_;
   int64_t n_ctx_;
   KvCache kv_;
-  std::unique_ptr<Model::Scratch> scratch_;
+  Model::ScratchPtr scratch_;
   std::vector<float> logits_;
 };
 

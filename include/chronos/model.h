@@ -95,7 +95,11 @@ class Model {
 
   // Scratch for up to max_batch tokens per forward step, sized once (the forward allocates nothing).
   struct Scratch;
-  std::unique_ptr<Scratch> make_scratch(int64_t max_batch, int64_t n_ctx) const;
+  struct ScratchDeleter {
+    void operator()(Scratch* scratch) const;
+  };
+  using ScratchPtr = std::unique_ptr<Scratch, ScratchDeleter>;
+  ScratchPtr make_scratch(int64_t max_batch, int64_t n_ctx) const;
 
   // Runs tokens at positions pos .. pos + n - 1, appending their keys/values to kv, and writes
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token. Prompts longer

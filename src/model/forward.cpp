@@ -9,10 +9,12 @@
 
 namespace chronos {
 
-std::unique_ptr<Model::Scratch> Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
+void Model::ScratchDeleter::operator()(Scratch* scratch) const { delete scratch; }
+
+Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   const ModelConfig& c = config_;
   CHRONOS_CHECK(max_batch > 0 && n_ctx > 0);
-  auto s = std::make_unique<Scratch>();
+  ScratchPtr s(new Scratch());
   s->max_batch = max_batch;
   s->n_ctx = n_ctx;
   const int64_t slots = max_batch * std::max<int64_t>(c.n_expert_used, 1);
