@@ -210,13 +210,21 @@ def greedy_margins(model, ids, continuation):
     return compact((top2[:, 0] - top2[:, 1]).numpy())
 
 
-def make_reference(model, tokenizer, dtype):
+def make_reference(model, tokenizer, dtype, model_f32=None):
+    """model_f32, for reduced-precision checkpoints: the same saved weights loaded as float32, so
+    transformers computes in f32 as Chronos does. Its logits ("logits_f32") and greedy tokens
+    ("greedy_f32") are the tight reference; the native-dtype ones show the cost of bf16
+    activations, which Chronos does not reproduce on purpose."""
     vocab = model.config.vocab_size
     cases = []
     for ids in fixed_prompts(vocab, len(SPECIAL_TOKENS)):
         continuation = greedy(model, ids)
-        cases.append({"ids": ids, "logits": [compact(row) for row in full_logits(model, ids).numpy()],
-                      "greedy": continuation, "greedy_margins": greedy_margins(model, ids, continuation)})
+        case = {"ids": ids, "logits": [compact(row) for row in full_logits(model, ids).numpy()],
+                "greedy": continuation, "greedy_margins": greedy_margins(model, ids, continuation)}
+        if model_f32 is not None:
+            case["logits_f32"] = [compact(row) for row in full_logits(model_f32, ids).numpy()]
+            case["greedy_f32"] = greedy(model_f32, ids)
+        cases.append(case)
     text_ids = tokenizer(TEXT_PROMPT, add_special_tokens=True)["input_ids"]
     text_greedy = greedy(model, text_ids)
     chat_text = tokenizer.apply_chat_template(CHAT_MESSAGES, tokenize=False, add_generation_prompt=True)
@@ -261,7 +269,8 @@ def make_variant(out_dir, name, arch, dtype, options, tokenizer):
     tokenizer.save_pretrained(folder, save_jinja_files=False)
     # The reference comes from the checkpoint as transformers loads it, not from the model in
     # memory: model.to(bfloat16) also casts the rotary inv_freq buffer, from_pretrained does not.
-    write_json(folder / "reference.json", make_reference(load(folder, dtype), tokenizer, dtype))
+    model_f32 = load(folder, torch.float32) if dtype != torch.float32 else None
+    write_json(folder / "reference.json", make_reference(load(folder, dtype), tokenizer, dtype, model_f32))
     return folder
 
 
