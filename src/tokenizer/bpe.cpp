@@ -54,6 +54,7 @@ BpeModel::BpeModel(const nlohmann::json& node) {
   ignore_merges_ = node.value("ignore_merges", false);
 
   int32_t max_id = -1;
+  vocab_.reserve(node.at("vocab").size());
   for (const auto& [token, id_json] : node.at("vocab").items()) {
     const auto id = id_json.get<int32_t>();
     if (id < 0) throw_error("BPE vocab id {} of '{}' is negative", id, token);
@@ -103,7 +104,10 @@ BpeModel::BpeModel(const nlohmann::json& node) {
     merged += std::string_view(right).substr(
         right.starts_with(continuing_subword_prefix_) ? continuing_subword_prefix_.size() : 0);
     // As in HF (a map built in order), a repeated pair keeps its last rank.
-    merges_[pair_key(lookup(left), lookup(right))] = {rank++, lookup(merged)};
+    const int32_t left_id = lookup(left);
+    const int32_t right_id = lookup(right);
+    const int32_t merged_id = lookup(merged);
+    merges_[pair_key(left_id, right_id)] = {rank++, merged_id};
   }
 }
 
