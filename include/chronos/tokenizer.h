@@ -36,7 +36,9 @@ class Tokenizer {
                              std::string_view source = "tokenizer.json");
 
   // Throws chronos::Error("prompt is not valid UTF-8 (byte offset N)") on invalid UTF-8.
-  // add_special_tokens applies the post_processor (e.g. Mistral's BOS), as HF does.
+  // add_special_tokens applies tokenizer.json's post_processor (e.g. Mistral's BOS), as HF does;
+  // add_bos_token/add_eos_token in tokenizer_config.json do not change it (transformers 5 keeps
+  // the tokenizer.json post-processor too).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
 
   // Ids that are neither in the model vocab nor added tokens are skipped, as HF does.

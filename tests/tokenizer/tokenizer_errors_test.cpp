@@ -198,3 +198,20 @@ TEST(TokenStreamDecoder, LeadingSpaceRuleAppliesOnlyAtSequenceStart) {
 
 }  // namespace
 }  // namespace chronos
+
+namespace chronos {
+namespace {
+
+// transformers 5.24 keeps tokenizer.json's post-processor whatever add_bos_token/add_eos_token
+// say (checked on the mistral fixture with add_bos_token=false, add_eos_token=true: [1, 22557, 1526]).
+TEST(Tokenizer, ConfigAddBosFlagsDoNotOverrideThePostProcessor) {
+  TempDir dir;
+  std::ifstream in(test::tokenizer_fixture("mistral") / "tokenizer.json");
+  dir.write("tokenizer.json", std::string(std::istreambuf_iterator<char>(in), {}));
+  dir.write("tokenizer_config.json",
+            R"({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": false, "add_eos_token": true})");
+  EXPECT_EQ(Tokenizer::load(dir.path()).encode("Hello world"), (std::vector<int32_t>{1, 22557, 1526}));
+}
+
+}  // namespace
+}  // namespace chronos
