@@ -2,7 +2,6 @@
 // limit = bytes of weights touched per token / measured read bandwidth (same thread count).
 //   chronos_bench_decode -m MODEL [-n TOKENS] [--threads 1,2] [--json FILE]
 #include <fmt/format.h>
-#include <immintrin.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -25,32 +24,25 @@ double now_seconds() {
 
 int64_t bytes_of(const WeightView& w) { return w.rows * w.cols * dtype_size(w.dtype); }
 
-// Reads `bytes` of a buffer with every thread of the pool (a sum, so nothing is optimized away)
-// and returns the best of `repeats` in bytes per second.
+// Reads a buffer far larger than the caches with every thread of the pool (dot products
+// against a block of ones that stays in L1, through the same SIMD dispatch as the kernels) and
+// returns the best of `repeats` in bytes per second.
 double read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int repeats) {
-  const int64_t n = std::ssize(buffer);
+  constexpr int64_t kBlock = 1024;
+  const std::vector<float> ones(kBlock, 1.0f);
+  const int64_t n_blocks = std::ssize(buffer) / kBlock;
+  std::vector<double> sums(size_t(n_blocks / 4096 + 1));
   double best = 0.0;
-  std::vector<float> sums(size_t(pool.size()) * 16);
   for (int r = 0; r < repeats; ++r) {
     const double start = now_seconds();
-    pool.parallel_for(n, 4096, [&](int64_t begin, int64_t end) {
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      int64_t i = begin;
-      for (; i + 32 <= end; i += 32) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(&buffer[size_t(i)]));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(&buffer[size_t(i + 8)]));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(&buffer[size_t(i + 16)]));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(&buffer[size_t(i + 24)]));
-      }
-      float lanes[8];
-      _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-      float s = std::accumulate(lanes, lanes + 8, 0.0f);
-      for (; i < end; ++i) s += buffer[size_t(i)];
-      sums[size_t(begin / 4096 % int64_t(sums.size()))] += s;
+    pool.parallel_for(n_blocks, 4096, [&](int64_t begin, int64_t end) {
+      double s = 0.0;
+      for (int64_t b = begin; b < end; ++b) s += ops::dot(buffer.data() + b * kBlock, ones.data(), kBlock);
+      sums[size_t(begin / 4096)] += s;
     });
-    best = std::max(best, double(n) * sizeof(float) / (now_seconds() - start));
+    best = std::max(best, double(n_blocks * kBlock) * sizeof(float) / (now_seconds() - start));
   }
-  if (sums[0] == 12345.678f) fmt::print(stderr, " ");  // keep the sums alive
+  if (sums[0] == -1.0) fmt::print(stderr, " ");  // keep the sums alive
   return best;
 }
 

@@ -62,6 +62,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<cli::Command> commands = {cli::register_generate(app), cli::register_inspect(app)};
 
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string name = argv[1];
+    if (std::none_of(commands.begin(), commands.end(), [&](const cli::Command& c) { return c.app->get_name() == name; })) {
+      std::string known;
+      for (const cli::Command& c : commands) known += (known.empty() ? "" : ", ") + c.app->get_name();
+      std::fprintf(stderr, "chronos: unknown command '%s' (commands: %s)\n", name.c_str(), known.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -32,19 +32,28 @@ inline std::string slurp(const std::filesystem::path& path) {
 }
 
 inline std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+  std::string out(1, '\'');
+  for (char c : s) {
+    if (c == '\'') out.append("'\\''");
+    else out.push_back(c);
+  }
+  out.push_back('\'');
+  return out;
 }
 
 // args are quoted; stdin_file, when given, is redirected to standard input.
 inline RunResult run_chronos(const std::vector<std::string>& args, const std::filesystem::path& work,
                              const std::string& stdin_file = "") {
   std::string cmd = shell_quote(CHRONOS_BINARY);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  auto append_arg = [&cmd](const char* prefix, const std::string& arg) {
+    cmd.append(prefix);
+    cmd.append(shell_quote(arg));
+  };
+  for (const auto& a : args) append_arg(" ", a);
   const auto out_path = work / "stdout.txt", err_path = work / "stderr.txt";
-  cmd += " >" + shell_quote(out_path.string()) + " 2>" + shell_quote(err_path.string());
-  cmd += " <" + shell_quote(stdin_file.empty() ? "/dev/null" : stdin_file);
+  append_arg(" >", out_path.string());
+  append_arg(" 2>", err_path.string());
+  append_arg(" <", stdin_file.empty() ? std::string("/dev/null") : stdin_file);
   const int status = std::system(cmd.c_str());
   RunResult r;
   if (WIFEXITED(status)) {

@@ -74,7 +74,7 @@ class CliErrors : public ::testing::Test {
 };
 
 TEST_F(CliErrors, MissingModelFolder) {
-  expect_clean_failure(generate({"-m", (work_ / "nope").string(), "-p", "hi"}), 1, "nope");
+  expect_clean_failure(run_chronos({"generate", "-m", (work_ / "nope").string(), "-p", "hi"}, work_), 1, "nope");
 }
 
 TEST_F(CliErrors, MissingConfig) {
