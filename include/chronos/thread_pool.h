@@ -2,10 +2,34 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <type_traits>
+#include <utility>
 
 namespace chronos {
+
+// A non-owning reference to a callable, valid for the duration of the call that receives it.
+// Unlike std::function it never allocates, which keeps the forward pass allocation-free.
+template <typename Signature>
+class FunctionRef;
+
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
+  FunctionRef(F&& fn)  // NOLINT: implicit, like std::function
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(fn)))),
+        call_([](void* object, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(object))(std::forward<Args>(args)...);
+        }) {}
+
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
 
 class ThreadPool {
  public:
@@ -19,11 +43,11 @@ class ThreadPool {
 
   // Calls fn(task) for every task in [0, n_tasks), spread over the threads (the caller takes
   // part), and returns when all have finished. Not reentrant: fn must not call run().
-  void run(int64_t n_tasks, const std::function<void(int64_t task)>& fn);
+  void run(int64_t n_tasks, FunctionRef<void(int64_t task)> fn);
 
   // Splits [0, n) into at most size() contiguous chunks whose boundaries are multiples of
   // `grain` (except the end) and calls fn(begin, end) on each.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
+  void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t begin, int64_t end)> fn);
 
  private:
   struct Impl;

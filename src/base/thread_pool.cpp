@@ -36,7 +36,7 @@ struct ThreadPool::Impl {
   std::vector<std::thread> workers;
 
   // The job of the current generation; written by run() before the generation is published.
-  const std::function<void(int64_t)>* fn = nullptr;
+  const FunctionRef<void(int64_t)>* fn = nullptr;
   int64_t n_tasks = 0;
   std::atomic<int64_t> next_task{0};
   std::atomic<int> workers_busy{0};  // workers that have not finished the current generation
@@ -116,7 +116,7 @@ ThreadPool::~ThreadPool() {
 
 int ThreadPool::size() const { return int(impl_->workers.size()) + 1; }
 
-void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t task)>& fn) {
+void ThreadPool::run(int64_t n_tasks, FunctionRef<void(int64_t task)> fn) {
   Impl& s = *impl_;
   CHRONOS_CHECK_MSG(!s.in_run.exchange(true), "ThreadPool::run is not reentrant");
   struct Release {
@@ -150,8 +150,7 @@ void ThreadPool::run(int64_t n_tasks, const std::function<void(int64_t task)>& f
   if (s.first_error) std::rethrow_exception(s.first_error);
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain,
-                              const std::function<void(int64_t begin, int64_t end)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t begin, int64_t end)> fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
   const int64_t n_grains = (n + grain - 1) / grain;

@@ -1,0 +1,72 @@
+// The forward pass allocates nothing: after a warm-up, prefill and decode steps make no heap
+// allocation at all (counted through a replaced global operator new).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <new>
+
+#include "chronos/model.h"
+#include "chronos/thread_pool.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* counted_alloc(std::size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t size) { return counted_alloc(size); }
+void* operator new[](std::size_t size) { return counted_alloc(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace chronos {
+namespace {
+
+class NoAllocation : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(NoAllocation, PrefillAndDecodeAllocateNothing) {
+  const auto dir = std::filesystem::path(CHRONOS_TEST_DATA_DIR) / "models" / GetParam();
+  const auto model = Model::load(dir);
+  ThreadPool pool(2);
+  KvCache kv(model->config(), 64);
+  auto scratch = model->make_scratch(8, kv.n_ctx());
+  std::vector<float> logits(size_t(model->config().n_vocab) * 16);
+  const std::vector<int32_t> prompt = {5, 9, 14, 3, 30, 31, 7, 8, 11, 12, 40, 41, 42};
+  auto run = [&] {
+    model->forward(prompt, 0, kv, *scratch, pool, logits.data(), false);  // chunks of 8 + 5
+    int32_t token = 17;
+    for (int64_t pos = std::ssize(prompt); pos < std::ssize(prompt) + 10; ++pos) {
+      model->forward(std::span<const int32_t>(&token, 1), pos, kv, *scratch, pool, logits.data(), false);
+      token = int32_t(std::max_element(logits.begin(), logits.begin() + model->config().n_vocab) - logits.begin());
+    }
+  };
+  run();  // warm-up: per-thread kernel buffers reach their size
+  g_allocations = 0;
+  g_counting = true;
+  run();
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, NoAllocation, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "qwen3_moe-bf16"));
+
+TEST(NoAllocation, CounterSeesAllocations) {  // the hook itself works
+  g_allocations = 0;
+  g_counting = true;
+  auto* p = new std::vector<int>(100);
+  g_counting = false;
+  delete p;
+  EXPECT_GE(g_allocations.load(), 2);
+}
+
+}  // namespace
+}  // namespace chronos
