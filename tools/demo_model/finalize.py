@@ -16,16 +16,31 @@ import random
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, Qwen2MoeForCausalLM
+import transformers
+from transformers import AutoTokenizer, GenerationConfig, Qwen2MoeForCausalLM
 
 DOMAINS = ["prose", "tech", "code", "fr", "de", "es"]
+# Candidates per domain; reference() keeps the one whose greedy run (f32 compute) has the widest smallest
+# top-1/top-2 logit margin, so that the reference does not hinge on a near-tie.
 REFERENCE_PROMPTS = {
-    "prose": "Friendship is a word of many meanings; as, the friendship of",
-    "tech": "To list the files in a directory, use the command",
-    "code": "def read_config(path):\n    \"\"\"Read the configuration file and return a dict.\"\"\"\n",
-    "fr": "Le système de gestion des paquets de Debian",
-    "de": "Die Konfigurationsdatei des Systems wird",
-    "es": "El sistema de paquetes de Debian permite",
+    "prose": ["Friendship is a word of many meanings; as, the friendship of",
+              "A man who has nothing to do is",
+              "The house stood on a hill above the river, and"],
+    "tech": ["To list the files in a directory, use the command",
+             "The configuration file is read at startup. Each line",
+             "OPTIONS\n\n-v, --verbose\n"],
+    "code": ["def read_config(path):\n    \"\"\"Read the configuration file and return a dict.\"\"\"\n",
+             "#include <stdio.h>\n\nint main(int argc, char **argv)\n{\n",
+             "class Counter:\n    def __init__(self):\n"],
+    "fr": ["Le système de gestion des paquets de Debian",
+           "Cette commande affiche la liste des fichiers",
+           "Pour configurer le réseau, il faut"],
+    "de": ["Die Konfigurationsdatei des Systems wird",
+           "Dieser Befehl zeigt die Liste der Dateien",
+           "Um das Netzwerk zu konfigurieren, muss"],
+    "es": ["El sistema de paquetes de Debian permite",
+           "Este programa muestra la lista de archivos",
+           "Para configurar la red, es necesario"],
 }
 
 
@@ -171,9 +186,8 @@ def make_prompts(corpus, split, per_domain, tok, seed):
             if cut > 60:
                 p = p[:cut]
             p = p.strip()
-            if len(p) < 60 or sum(ch.isalnum() for ch in p) < 0.5 * len(p) and dom != "code":
-                continue
-            if len(p) < 60 or sum(ch.isalnum() for ch in p) < 0.3 * len(p):
+            min_alnum = 0.3 if dom == "code" else 0.5
+            if len(p) < 60 or sum(ch.isalnum() for ch in p) < min_alnum * len(p):
                 continue
             out.append({"id": f"{split}-{dom}-{made:03d}", "domain": dom, "source": doc["source"], "prompt": p,
                         "n_tokens": len(tok(p)["input_ids"])})
@@ -182,26 +196,39 @@ def make_prompts(corpus, split, per_domain, tok, seed):
 
 
 @torch.no_grad()
-def reference(model, tok, n_new):
+def greedy(model, tok, ids, n_new):
+    """64 greedy ids from model.generate (EOS suppressed by min_new_tokens) and the top-1/top-2 logit gap at
+    each step: a near-tie is where another implementation's rounding may legitimately pick another token."""
+    gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                         max_new_tokens=n_new, min_new_tokens=n_new, output_scores=True,
+                         return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
+    new = gen.sequences[0, ids.shape[1]:].tolist()
+    margins = []
+    for sc in gen.scores:
+        top2 = torch.topk(sc[0].float(), 2).values
+        margins.append(round((top2[0] - top2[1]).item(), 4))
+    plain = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                           max_new_tokens=n_new, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
+    return new, margins, len(plain) < n_new
+
+
+def reference(model, model_f32, tok, n_new):
     refs = []
-    for dom, text in REFERENCE_PROMPTS.items():
-        enc = tok(text, return_tensors="pt")
-        ids = enc["input_ids"]
-        gen = model.generate(input_ids=ids, attention_mask=enc["attention_mask"], do_sample=False,
-                             max_new_tokens=n_new, min_new_tokens=n_new, output_scores=True,
-                             return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
-        new = gen.sequences[0, ids.shape[1]:].tolist()
-        # Smallest gap between the chosen and the runner-up logit along the way: a near-tie here is where
-        # another implementation's rounding may legitimately pick a different token.
-        margins = []
-        for sc in gen.scores:
-            top2 = torch.topk(sc[0].float(), 2).values
-            margins.append((top2[0] - top2[1]).item())
-        plain = model.generate(input_ids=ids, attention_mask=enc["attention_mask"], do_sample=False,
-                               max_new_tokens=n_new, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
-        refs.append({"domain": dom, "prompt": text, "input_ids": ids[0].tolist(), "output_ids": new,
-                     "output_text": tok.decode(new), "min_logit_margin": min(margins),
-                     "eos_would_stop_early": plain != new[:len(plain)] or len(plain) < n_new})
+    for dom, candidates in REFERENCE_PROMPTS.items():
+        best = None
+        for text in candidates:
+            ids = tok(text, return_tensors="pt")["input_ids"]
+            new32, margins32, stops32 = greedy(model_f32, tok, ids, n_new)
+            if best is None or min(margins32) > min(best[2]):
+                best = (text, ids, margins32, new32, stops32)
+        text, ids, margins32, new32, stops32 = best
+        new, margins, stops = greedy(model, tok, ids, n_new)
+        refs.append({"domain": dom, "prompt": text, "input_ids": ids[0].tolist(),
+                     "output_ids": new, "output_margins": margins, "eos_would_stop_early": stops,
+                     "output_ids_f32": new32, "output_margins_f32": margins32,
+                     "eos_would_stop_early_f32": stops32,
+                     "bf16_f32_agree_tokens": next((i for i, (a, b) in enumerate(zip(new, new32)) if a != b), n_new),
+                     "output_text": tok.decode(new), "output_text_f32": tok.decode(new32)})
     return refs
 
 
@@ -217,6 +244,10 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(args.model_dir)
+    # Generation stops at <|endoftext|>; the model has no BOS.
+    gc = GenerationConfig.from_pretrained(args.model_dir)
+    gc.eos_token_id, gc.pad_token_id, gc.bos_token_id = tok.eos_token_id, tok.pad_token_id, None
+    gc.save_pretrained(args.model_dir)
     model = Qwen2MoeForCausalLM.from_pretrained(args.model_dir, dtype=torch.bfloat16)
     model.eval()
     cfg = model.config
@@ -251,16 +282,24 @@ def main():
             for p in ps:
                 f.write(json.dumps(p, ensure_ascii=False) + "\n")
         result[f"prompts_{split}"] = len(ps)
+    result["prompts_per_domain"] = args.prompts_per_domain
 
-    refs = reference(model, tok, 64)
+    refs = reference(model, Qwen2MoeForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32).eval(), tok, 64)
     with open(os.path.join(args.model_dir, "reference.json"), "w") as f:
         json.dump({"description": "Greedy decoding with transformers (model.generate, do_sample=False, "
-                                  "max_new_tokens=min_new_tokens=64) of the saved bf16 weights computed in "
-                                  "bf16 on CPU; input_ids are the tokenizer's ids with its default "
-                                  "add_special_tokens (no BOS is added).",
-                   "dtype": "bfloat16", "max_new_tokens": 64, "prompts": refs}, f, indent=1, ensure_ascii=False)
-    result["reference"] = [{k: r[k] for k in ("domain", "min_logit_margin", "eos_would_stop_early",
-                                              "output_text")} for r in refs]
+                                  "max_new_tokens=min_new_tokens=64) of the saved bf16 weights. output_ids: "
+                                  "computed in bf16 on CPU (the folder loaded as saved); output_ids_f32: the "
+                                  "same weights loaded as float32, so computed in f32 as Chronos does. "
+                                  "input_ids are the tokenizer's ids with its default add_special_tokens (no "
+                                  "BOS is added). *_margins: top-1 minus top-2 logit at each step. Each prompt "
+                                  "was chosen among a few fixed candidates as the one with the widest smallest "
+                                  "f32 margin.",
+                   "dtype": "bfloat16", "max_new_tokens": 64, "transformers_version": transformers.__version__,
+                   "torch_version": torch.__version__, "prompts": refs}, f, indent=1, ensure_ascii=False)
+    result["reference"] = [{"domain": r["domain"], "min_margin": min(r["output_margins"]),
+                            "min_margin_f32": min(r["output_margins_f32"]), "eos_stop": r["eos_would_stop_early"],
+                            "bf16_f32_agree_tokens": r["bf16_f32_agree_tokens"], "text": r["output_text_f32"]}
+                           for r in refs]
     out = os.path.join(os.path.dirname(os.path.abspath(args.tok)), "eval.json")
     with open(out, "w") as f:
         json.dump(result, f, indent=1, ensure_ascii=False)
