@@ -82,6 +82,26 @@ struct RouteEvent {
 };
 using RouteFn = std::function<void(const RouteEvent&)>;
 
+// Supplies the weights of routed experts that are not bound at load (a pack folder streams them).
+// acquire() is called once per MoE layer and forward step with the distinct experts the router
+// selected for the step's tokens; it sets views[i] to the weights of experts[i], or to nullptr when
+// that expert is not usable now, in which case the model applies the soft-gated fallback of
+// DESIGN.md §4. Whether acquire() waits for a read is the provider's policy (--on-miss).
+// release() follows once the layer's experts have been computed.
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+  virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) = 0;
+  virtual void release(int64_t layer, std::span<const int32_t> experts) = 0;
+};
+
+// Counts of the MoE blocks, accumulated over forward calls that share a Scratch.
+struct MoeCounters {
+  int64_t routed_pairs = 0;         // (token, selected expert) pairs
+  int64_t fallback_pairs = 0;       // of those, computed through the fallback (expert missing)
+  int64_t zero_output_tokens = 0;   // token-layers whose every selected expert was missing (no shared expert)
+};
+
 class Model {
  public:
   // Reads config.json and the safetensors of `dir`, checks every tensor against the
@@ -109,6 +129,11 @@ class Model {
 
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
   void set_route_observer(RouteFn fn) { route_ = std::move(fn); }
+  // With a provider, routed experts come from it; without one they must be bound (checkpoint load).
+  void set_expert_provider(ExpertProvider* provider) { provider_ = provider; }
+  // True when the routed experts were not bound at load (a pack folder): a provider is required.
+  bool experts_streamed() const { return experts_streamed_; }
+  static MoeCounters& counters(Scratch& scratch);
 
  private:
   Model() = default;
@@ -126,6 +151,8 @@ class Model {
   ModelSizes sizes_;
   TraceFn trace_;
   RouteFn route_;
+  ExpertProvider* provider_ = nullptr;
+  bool experts_streamed_ = false;
 };
 
 }  // namespace chronos

@@ -38,6 +38,11 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   s->row_weight.resize(size_t(slots));
   s->fill.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
   s->items.reserve(size_t(std::max<int64_t>(c.n_expert, 1) * 64));
+  s->active.reserve(size_t(c.n_expert));
+  s->views.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
+  s->missing.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
+  s->missing_mass.resize(size_t(max_batch));
+  s->total_mass.resize(size_t(max_batch));
   s->logits.resize(size_t(c.n_vocab));
 
   // RoPE tables computed in f32 the way transformers does: inv_freq = 1 / theta^(2i/d),
@@ -58,6 +63,8 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   return s;
 }
 
+MoeCounters& Model::counters(Scratch& scratch) { return scratch.counters; }
+
 void Model::trace(const char* name, int64_t layer, const float* data, int64_t n) const {
   if (trace_) trace_(name, layer, std::span<const float>(data, size_t(n)));
 }
@@ -66,6 +73,7 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, S
                     float* logits, bool all_logits) const {
   const int64_t n = std::ssize(tokens);
   CHRONOS_CHECK(n > 0);
+  CHRONOS_CHECK_MSG(!experts_streamed_ || provider_ != nullptr, "streamed experts need an ExpertProvider");
   if (pos + n > kv.n_ctx() || pos + n > s.n_ctx)
     throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), s.n_ctx));
   for (int64_t begin = 0; begin < n; begin += s.max_batch) {

@@ -23,6 +23,12 @@ void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t 
   }
 }
 
+// The expert whose group holds `row` of the grouped rows.
+int32_t row_expert(const Model::Scratch& s, int64_t row, int64_t n_expert) {
+  const auto begin = s.expert_rows.begin(), end = s.expert_rows.begin() + n_expert + 1;
+  return int32_t(std::upper_bound(begin, end, int32_t(row)) - begin - 1);
+}
+
 constexpr int64_t kRowChunk = 32;            // fewest rows of one expert matrix per pool task
 constexpr int64_t kMaxChunksPerExpert = 64;  // bounds the work list (sized at load)
 
@@ -66,13 +72,34 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
     }
   }
 
+  // The distinct selected experts, their weights (bound at load, or from the provider), and which
+  // are missing. A missing expert's rows are skipped and its routing weight goes to the fallback.
+  s.active.clear();
+  for (int64_t e = 0; e < n_exp; ++e)
+    if (s.expert_rows[size_t(e + 1)] > s.expert_rows[size_t(e)]) s.active.push_back(int32_t(e));
+  const std::span<const FfnWeights*> views(s.views.data(), s.active.size());
+  if (provider_ != nullptr) {
+    provider_->acquire(il, s.active, views);
+  } else {
+    for (size_t i = 0; i < s.active.size(); ++i) views[i] = &l.experts[size_t(s.active[i])];
+  }
+  bool any_missing = false;
+  for (size_t i = 0; i < s.active.size(); ++i) {
+    s.missing[size_t(s.active[i])] = views[i] == nullptr;
+    any_missing |= views[i] == nullptr;
+  }
+  auto expert_view = [&](int32_t e) -> const FfnWeights& {
+    const auto at = std::lower_bound(s.active.begin(), s.active.end(), e) - s.active.begin();
+    return *views[size_t(at)];
+  };
+
   // Work items are (active expert, chunk of rows); one pool dispatch computes gate and up of every
   // active expert, a second computes down. Small experts and large ones both spread over threads.
   auto build_items = [&](int64_t rows_per_expert) {
     const int64_t chunk = std::max(kRowChunk, (rows_per_expert + kMaxChunksPerExpert - 1) / kMaxChunksPerExpert);
     s.items.clear();
     for (int64_t e = 0; e < n_exp; ++e) {
-      if (s.expert_rows[size_t(e + 1)] == s.expert_rows[size_t(e)]) continue;
+      if (s.expert_rows[size_t(e + 1)] == s.expert_rows[size_t(e)] || s.missing[size_t(e)]) continue;
       for (int64_t r = 0; r < rows_per_expert; r += chunk)
         s.items.push_back({int32_t(e), int32_t(r), int32_t(std::min(r + chunk, rows_per_expert))});
     }
@@ -80,7 +107,7 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   build_items(n_ff);
   pool.run(std::ssize(s.items), [&](int64_t i) {
     const auto item = s.items[size_t(i)];
-    const FfnWeights& ex = l.experts[size_t(item.expert)];
+    const FfnWeights& ex = expert_view(item.expert);
     const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
     ops::matmul_rows(s.ff_gate.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.gate, rows, item.row_begin, item.row_end);
     ops::matmul_rows(s.ff_up.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.up, rows, item.row_begin, item.row_end);
@@ -90,18 +117,30 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   build_items(d);
   pool.run(std::ssize(s.items), [&](int64_t i) {
     const auto item = s.items[size_t(i)];
-    const FfnWeights& ex = l.experts[size_t(item.expert)];
+    const FfnWeights& ex = expert_view(item.expert);
     const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
     ops::matmul_rows(s.ff_down.data() + r0 * d, s.ff_gate.data() + r0 * n_ff, ex.down, rows, item.row_begin, item.row_end);
   });
 
   // Weighted sum per token; rows are in expert order, so the reduction order is fixed.
   std::fill(s.ffn_out.begin(), s.ffn_out.begin() + n * d, 0.0f);
-  for (int64_t row = 0; row < n_rows; ++row)
-    ops::axpy(s.ffn_out.data() + s.row_token[size_t(row)] * d, s.row_weight[size_t(row)], s.ff_down.data() + row * d, d);
+  std::fill(s.missing_mass.begin(), s.missing_mass.begin() + n, 0.0f);
+  std::fill(s.total_mass.begin(), s.total_mass.begin() + n, 0.0f);
+  for (int64_t row = 0; row < n_rows; ++row) {
+    const int32_t t = s.row_token[size_t(row)];
+    const float w = s.row_weight[size_t(row)];
+    s.total_mass[size_t(t)] += w;
+    if (s.missing[size_t(row_expert(s, row, n_exp))]) s.missing_mass[size_t(t)] += w;
+    else ops::axpy(s.ffn_out.data() + t * d, w, s.ff_down.data() + row * d, d);
+  }
+  s.counters.routed_pairs += n_rows;
+  if (any_missing) {
+    for (int64_t row = 0; row < n_rows; ++row) s.counters.fallback_pairs += s.missing[size_t(row_expert(s, row, n_exp))];
+  }
 
   if (l.shared.present()) {
-    // y += sigmoid(x · w_sg) * SwiGLU_shared(x); ff_in is free again and holds the shared output.
+    // y += sigmoid(x · w_sg) * S(x), plus the routing weight of missing experts times S(x) (the
+    // soft-gated fallback: the shared expert stands in for them). ff_in is free again.
     dense_ffn(l.shared, n, s.xn.data(), s.ff_in.data(), s, pool);
     for (int64_t t = 0; t < n; ++t) {
       float gate = 1.0f;
@@ -110,9 +149,23 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
         ops::matmul_rows(&logit, s.xn.data() + t * d, l.shared_gate, 1, 0, 1);
         gate = 1.0f / (1.0f + std::exp(-logit));
       }
-      ops::axpy(s.ffn_out.data() + t * d, gate, s.ff_in.data() + t * d, d);
+      ops::axpy(s.ffn_out.data() + t * d, gate + s.missing_mass[size_t(t)], s.ff_in.data() + t * d, d);
+    }
+  } else if (any_missing) {
+    // Without a shared expert: renormalize over the available experts, keeping the token's total
+    // routing mass; with none available the block adds nothing (the residual carries on).
+    for (int64_t t = 0; t < n; ++t) {
+      const float missing = s.missing_mass[size_t(t)], total = s.total_mass[size_t(t)];
+      if (missing == 0.0f) continue;
+      if (missing >= total) {
+        ++s.counters.zero_output_tokens;
+        continue;  // ffn_out row is already zero
+      }
+      const float scale = total / (total - missing);
+      for (int64_t i = 0; i < d; ++i) s.ffn_out[size_t(t * d + i)] *= scale;
     }
   }
+  if (provider_ != nullptr) provider_->release(il, s.active);
 }
 
 }  // namespace chronos

@@ -30,6 +30,12 @@ struct Model::Scratch {
   std::vector<int32_t> fill;          // [n_expert]
   struct WorkItem { int32_t expert, row_begin, row_end; };
   std::vector<WorkItem> items;        // capacity n_expert * 64: (expert, row range) tasks
+  std::vector<int32_t> active;        // [n_expert] distinct experts selected in this step
+  std::vector<const FfnWeights*> views;  // [n_expert] their weights (nullptr: missing)
+  std::vector<uint8_t> missing;       // [n_expert] 1 when the selected expert is missing
+  std::vector<float> missing_mass;    // [max_batch] routing weight of missing experts per token
+  std::vector<float> total_mass;      // [max_batch] routing weight of all selected experts per token
+  MoeCounters counters;
   std::vector<float> rope_cos;   // [n_ctx, n_rot / 2]
   std::vector<float> rope_sin;   // [n_ctx, n_rot / 2]
   std::vector<float> logits;     // [n_vocab] logits of the last token when not requested all

@@ -2,6 +2,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "chronos/error.h"
@@ -73,6 +75,21 @@ bool is_vector_role(TensorRole role) {
   }
 }
 
+DType read_pack_dtype(const std::filesystem::path& manifest_path) {
+  std::ifstream in(manifest_path);
+  try {
+    const auto j = nlohmann::json::parse(in);
+    const std::string name = j.at("model").at("dtype").get<std::string>();
+    const auto dtype = dtype_from_name(name);
+    if (!dtype || !is_float_dtype(*dtype)) throw_error("model.dtype '{}' is not F32, F16 or BF16", name);
+    return *dtype;
+  } catch (const nlohmann::json::exception& e) {
+    throw_error("{}: {}", manifest_path.string(), e.what());
+  } catch (const Error& e) {
+    throw_error("{}: {}", manifest_path.string(), e.what());
+  }
+}
+
 }  // namespace
 
 int64_t FfnWeights::n_bytes() const {
@@ -90,8 +107,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   std::unique_ptr<Model> model(new Model());
   model->config_ = ModelConfig::load(dir);
   const ModelConfig& c = model->config_;
-  model->store_ = TensorStore::open(dir);
+  // A pack folder (chronos pack) holds the dense tensors in dense.safetensors and the routed
+  // experts in .ctsr cluster files that an ExpertProvider streams; a checkpoint holds everything.
+  const bool pack = std::filesystem::exists(dir / "cluster_manifest.json");
+  model->experts_streamed_ = pack;
+  model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
   const TensorStore& store = model->store_;
+  DType streamed_dtype = DType::kBF16;
+  if (pack) streamed_dtype = read_pack_dtype(dir / "cluster_manifest.json");
 
   ModelWeights& w = model->weights_;
   w.layers.resize(size_t(c.n_layer));
@@ -104,6 +127,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   std::set<std::string, std::less<>> used;
   ModelSizes& sizes = model->sizes_;
   for (const TensorSpec& spec : table) {
+    if (pack && spec.expert >= 0) {  // bytes live in the cluster files; sizes from the table
+      int64_t n_elements = 1;
+      for (int64_t dim : spec.shape) n_elements *= dim;
+      sizes.expert_params += n_elements;
+      sizes.expert_bytes += n_elements * dtype_size(streamed_dtype);
+      sizes.expert_dtype = streamed_dtype;
+      continue;
+    }
     const TensorInfo* t = store.find(spec.name);
     if (t == nullptr) throw_error("{}: tensor {} is missing ({} expects it)", dir.string(), spec.name, c.arch_name());
     if (!is_float_dtype(t->dtype))
