@@ -1,0 +1,104 @@
+// The pack folder's on-disk formats: `.ctsr` cluster files, cluster_manifest.json, model fingerprints.
+#pragma once
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "chronos/dtype.h"
+#include "chronos/ops.h"
+
+namespace chronos {
+
+// Extents of a `.ctsr` file start at, and are padded to, multiples of this (one O_DIRECT read).
+inline constexpr int64_t kCtsrAlignment = 4096;
+inline constexpr const char* kManifestFileName = "cluster_manifest.json";
+
+// One routed expert: `layer` is the model's own layer index (dense layers leave gaps).
+struct ExpertKey {
+  int32_t layer = 0;
+  int32_t expert = 0;
+  auto operator<=>(const ExpertKey&) const = default;
+};
+
+// One tensor of a packed expert. `offset` is an absolute file offset.
+struct PackedTensor {
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
+  int64_t bytes = 0;
+};
+
+// Where one expert lives: one extent [offset, offset + bytes) of its cluster file, 4096-aligned
+// and padded to a multiple of 4096, holding gate, up and down back to back.
+struct PackedExpert {
+  ExpertKey key;
+  int32_t cluster = 0;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  uint64_t xxh64 = 0;  // XXH64 (seed 0) of the gate+up+down bytes, padding excluded
+  PackedTensor gate, up, down;
+  int64_t payload_bytes() const { return gate.bytes + up.bytes + down.bytes; }
+};
+
+struct PackCluster {
+  int32_t id = 0;
+  std::string file;  // plain file name inside the pack folder
+  int64_t bytes = 0;  // size of the file
+  std::vector<ExpertKey> experts;  // in file order
+};
+
+struct PackManifest {
+  std::string architecture;
+  int64_t num_moe_layers = 0;
+  int64_t num_experts = 0;
+  std::string dtype;  // safetensors dtype name of the expert tensors ("BF16")
+  std::string fingerprint;
+  std::string clustering_method;  // "leiden", "louvain" or "none"
+  std::string clustering_trace;
+  uint64_t clustering_seed = 0;
+  std::vector<PackCluster> clusters;
+  std::map<ExpertKey, PackedExpert> experts;
+
+  // Reads <dir>/cluster_manifest.json and checks every field against the .ctsr files themselves
+  // (exist, sizes, each expert's tensors present in that file's safetensors header at the stated
+  // offsets/shapes/dtypes, extents 4096-aligned, no overlaps). Throws Error naming file/layer/expert.
+  // Checksums are not verified here (that reads every byte): see verify_expert_bytes.
+  static PackManifest load(const std::filesystem::path& dir);
+  // Writes the JSON atomically (tmp + rename).
+  void save(const std::filesystem::path& path) const;
+};
+
+// The gate/up/down weights of one expert to pack.
+struct ExpertSource {
+  ExpertKey key;
+  WeightView gate, up, down;
+};
+
+// Writes one cluster file: experts in the given order, each as gate, up, down tensors named
+// layers.{l}.experts.{e}.{gate|up|down} with the source dtype/shape, adjacent, the extent starting at
+// a multiple of 4096 and padded to 4096 with U8 tensors __pad.{n}; header padded with spaces so the
+// data buffer starts at a multiple of 4096; __metadata__ {format: ctsr, version: 1, cluster: id,
+// fingerprint}. Valid safetensors. Written to <path>.tmp and renamed into place.
+std::vector<PackedExpert> write_ctsr(const std::filesystem::path& path, int32_t cluster_id,
+                                     const std::string& fingerprint, std::span<const ExpertSource> experts);
+
+// Recomputes the XXH64 of an expert's bytes as read into memory (the extent, padded or not) and
+// throws Error "cluster_003.ctsr: layer 5 expert 17: checksum mismatch (expected .., got ..)".
+void verify_expert_bytes(const PackedExpert& expert, const std::string& cluster_file,
+                         std::span<const std::byte> bytes);
+
+// A stable fingerprint of a model (32 hex digits): a hash of config.json's canonical dump and of
+// every tensor's name, dtype and shape. For a pack folder (it has cluster_manifest.json) it is the
+// fingerprint of the model it was packed from, as recorded in the manifest.
+std::string model_fingerprint(const std::filesystem::path& model_dir);
+
+// Canonical tensor name of one expert projection: "layers.5.experts.17.gate".
+std::string ctsr_tensor_name(const ExpertKey& key, const char* projection);
+
+}  // namespace chronos
