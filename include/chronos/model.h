@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -93,6 +94,9 @@ class ExpertProvider {
   virtual ~ExpertProvider() = default;
   virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) = 0;
   virtual void release(int64_t layer, std::span<const int32_t> experts) = 0;
+  // The most experts one acquire() may be asked for (the model computes a layer's experts in
+  // waves of this size): a cache of N slots cannot hold more than N experts at once.
+  virtual size_t max_experts_per_acquire() const { return SIZE_MAX; }
 };
 
 // Counts of the MoE blocks, accumulated over forward calls that share a Scratch.

@@ -78,49 +78,62 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   for (int64_t e = 0; e < n_exp; ++e)
     if (s.expert_rows[size_t(e + 1)] > s.expert_rows[size_t(e)]) s.active.push_back(int32_t(e));
   const std::span<const FfnWeights*> views(s.views.data(), s.active.size());
-  if (provider_ != nullptr) {
-    provider_->acquire(il, s.active, views);
-  } else {
-    for (size_t i = 0; i < s.active.size(); ++i) views[i] = &l.experts[size_t(s.active[i])];
-  }
-  bool any_missing = false;
-  for (size_t i = 0; i < s.active.size(); ++i) {
-    s.missing[size_t(s.active[i])] = views[i] == nullptr;
-    any_missing |= views[i] == nullptr;
-  }
   auto expert_view = [&](int32_t e) -> const FfnWeights& {
     const auto at = std::lower_bound(s.active.begin(), s.active.end(), e) - s.active.begin();
     return *views[size_t(at)];
   };
-
-  // Work items are (active expert, chunk of rows); one pool dispatch computes gate and up of every
-  // active expert, a second computes down. Small experts and large ones both spread over threads.
-  auto build_items = [&](int64_t rows_per_expert) {
-    const int64_t chunk = std::max(kRowChunk, (rows_per_expert + kMaxChunksPerExpert - 1) / kMaxChunksPerExpert);
-    s.items.clear();
-    for (int64_t e = 0; e < n_exp; ++e) {
-      if (s.expert_rows[size_t(e + 1)] == s.expert_rows[size_t(e)] || s.missing[size_t(e)]) continue;
-      for (int64_t r = 0; r < rows_per_expert; r += chunk)
-        s.items.push_back({int32_t(e), int32_t(r), int32_t(std::min(r + chunk, rows_per_expert))});
-    }
-  };
-  build_items(n_ff);
-  pool.run(std::ssize(s.items), [&](int64_t i) {
-    const auto item = s.items[size_t(i)];
-    const FfnWeights& ex = expert_view(item.expert);
-    const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
-    ops::matmul_rows(s.ff_gate.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.gate, rows, item.row_begin, item.row_end);
-    ops::matmul_rows(s.ff_up.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.up, rows, item.row_begin, item.row_end);
-  });
   const int64_t n_rows = n * k;
-  ops::silu_mul(s.ff_gate.data(), s.ff_gate.data(), s.ff_up.data(), n_rows * n_ff);
-  build_items(d);
-  pool.run(std::ssize(s.items), [&](int64_t i) {
-    const auto item = s.items[size_t(i)];
-    const FfnWeights& ex = expert_view(item.expert);
-    const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
-    ops::matmul_rows(s.ff_down.data() + r0 * d, s.ff_gate.data() + r0 * n_ff, ex.down, rows, item.row_begin, item.row_end);
-  });
+
+  // Experts are computed in waves of at most max_experts_per_acquire() (all at once without a
+  // provider), so a provider with fewer slots than the step's distinct experts still works.
+  // Within a wave, work items are (expert, chunk of rows): one pool dispatch computes gate and up of
+  // every expert of the wave, a second computes down. Small and large experts both spread over threads.
+  const size_t wave = provider_ != nullptr ? std::max<size_t>(1, provider_->max_experts_per_acquire()) : s.active.size();
+  bool any_missing = false;
+  for (size_t first = 0; first < s.active.size(); first += wave) {
+    const size_t count = std::min(wave, s.active.size() - first);
+    const std::span<const int32_t> wave_ids(s.active.data() + first, count);
+    const std::span<const FfnWeights*> wave_views = views.subspan(first, count);
+    if (provider_ != nullptr) {
+      provider_->acquire(il, wave_ids, wave_views);
+    } else {
+      for (size_t i = 0; i < count; ++i) wave_views[i] = &l.experts[size_t(wave_ids[i])];
+    }
+    for (size_t i = 0; i < count; ++i) {
+      s.missing[size_t(wave_ids[i])] = wave_views[i] == nullptr;
+      any_missing |= wave_views[i] == nullptr;
+    }
+    auto build_items = [&](int64_t rows_per_expert) {
+      const int64_t chunk = std::max(kRowChunk, (rows_per_expert + kMaxChunksPerExpert - 1) / kMaxChunksPerExpert);
+      s.items.clear();
+      for (const int32_t e : wave_ids) {
+        if (s.missing[size_t(e)]) continue;
+        for (int64_t r = 0; r < rows_per_expert; r += chunk)
+          s.items.push_back({e, int32_t(r), int32_t(std::min(r + chunk, rows_per_expert))});
+      }
+    };
+    build_items(n_ff);
+    pool.run(std::ssize(s.items), [&](int64_t i) {
+      const auto item = s.items[size_t(i)];
+      const FfnWeights& ex = expert_view(item.expert);
+      const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
+      ops::matmul_rows(s.ff_gate.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.gate, rows, item.row_begin, item.row_end);
+      ops::matmul_rows(s.ff_up.data() + r0 * n_ff, s.ff_in.data() + r0 * d, ex.up, rows, item.row_begin, item.row_end);
+    });
+    // The wave's rows are contiguous: experts are grouped in index order and wave_ids is sorted.
+    const int64_t row_begin = s.expert_rows[size_t(wave_ids.front())];
+    const int64_t row_end = s.expert_rows[size_t(wave_ids.back() + 1)];
+    ops::silu_mul(s.ff_gate.data() + row_begin * n_ff, s.ff_gate.data() + row_begin * n_ff,
+                  s.ff_up.data() + row_begin * n_ff, (row_end - row_begin) * n_ff);
+    build_items(d);
+    pool.run(std::ssize(s.items), [&](int64_t i) {
+      const auto item = s.items[size_t(i)];
+      const FfnWeights& ex = expert_view(item.expert);
+      const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
+      ops::matmul_rows(s.ff_down.data() + r0 * d, s.ff_gate.data() + r0 * n_ff, ex.down, rows, item.row_begin, item.row_end);
+    });
+    if (provider_ != nullptr) provider_->release(il, wave_ids);
+  }
 
   // Weighted sum per token; rows are in expert order, so the reduction order is fixed.
   std::fill(s.ffn_out.begin(), s.ffn_out.begin() + n * d, 0.0f);
@@ -165,7 +178,6 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
       for (int64_t i = 0; i < d; ++i) s.ffn_out[size_t(t * d + i)] *= scale;
     }
   }
-  if (provider_ != nullptr) provider_->release(il, s.active);
 }
 
 }  // namespace chronos

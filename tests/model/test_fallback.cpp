@@ -36,7 +36,9 @@ class TestProvider : public ExpertProvider {
     }
   }
   void release(int64_t, std::span<const int32_t> experts) override { released += int64_t(experts.size()); }
+  size_t max_experts_per_acquire() const override { return max_per_acquire; }
   int64_t acquired = 0, released = 0;
+  size_t max_per_acquire = SIZE_MAX;
 
  private:
   const Model& model_;
@@ -102,6 +104,10 @@ TEST(Fallback, ProviderServingEverythingIsExact) {
   EXPECT_EQ(all.acquired, all.released);
   EXPECT_EQ(served.counters.fallback_pairs, 0);
   EXPECT_EQ(served.counters.routed_pairs, int64_t(kTokens.size()) * 2 * 3);  // top-2, 3 MoE layers
+
+  all.max_per_acquire = 1;  // one expert at a time: same numbers
+  const Capture one_by_one = run(*model, &all, kTokens);
+  EXPECT_EQ(one_by_one.logits, bound.logits);
 }
 
 TEST(Fallback, WithoutSharedExpertRenormalizesOverAvailable) {
