@@ -1,0 +1,77 @@
+// ExpertStreamer: the ExpertProvider of a pack folder: a budgeted expert cache filled by the
+// AsyncPrefetcher, with the miss policy (wait for the read, or the soft-gated fallback).
+#pragma once
+
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "chronos/backend.h"
+#include "chronos/expert_cache.h"
+#include "chronos/model.h"
+#include "chronos/pack_format.h"
+#include "chronos/prefetcher.h"
+
+namespace chronos {
+
+enum class OnMiss { kWait, kFallback };
+
+struct StreamerOptions {
+  int64_t budget_bytes = 0;  // expert cache budget
+  OnMiss on_miss = OnMiss::kWait;
+  EvictionPolicy policy = EvictionPolicy::kLruFrequency;
+  AsyncPrefetcher::Options prefetch;
+};
+
+struct StreamerStats {
+  int64_t lookups = 0;        // (layer, expert) acquisitions by the compute side
+  int64_t hits = 0;           // ready when asked
+  int64_t hits_loading = 0;   // already being read when asked (prefetched, not finished)
+  int64_t misses = 0;         // not resident and not being read
+  int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
+  int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
+  double stall_seconds = 0.0; // compute-side time blocked on I/O
+  PrefetchStats prefetch;
+  CacheStats cache;
+};
+
+class ExpertStreamer final : public ExpertProvider {
+ public:
+  // Reads and checks <pack_dir>/cluster_manifest.json; sizes the cache's slots to the largest
+  // expert extent. Throws Error for a budget smaller than one expert.
+  ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+                 const StreamerOptions& options);
+  ~ExpertStreamer() override;
+
+  void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) override;
+  void release(int64_t layer, std::span<const int32_t> experts) override;
+  size_t max_experts_per_acquire() const override;
+
+  // Decode step bookkeeping: expires protections and cancels stale prefetches.
+  void begin_step(int64_t step);
+  AsyncPrefetcher& prefetcher() { return *prefetcher_; }
+  ExpertCache& cache() { return *cache_; }
+  std::mutex& cache_mutex() { return mutex_; }
+  const PackManifest& manifest() const { return manifest_; }
+  StreamerStats stats() const;
+  int64_t n_slots() const { return cache_->n_slots(); }
+
+ private:
+  FfnWeights view_of(const PackedExpert& expert, void* data) const;
+
+  const Model& model_;
+  PackManifest manifest_;
+  StreamerOptions options_;
+  mutable std::mutex mutex_;  // guards cache_ and the stats below
+  std::condition_variable loaded_;
+  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<AsyncPrefetcher> prefetcher_;  // after cache_: stops (and drains) first
+  std::vector<FfnWeights> views_;                // [n_expert] for the layer being computed
+  std::vector<uint8_t> pinned_;                  // [n_expert] whether acquire pinned it
+  StreamerStats stats_;
+  int64_t step_ = 0;
+};
+
+}  // namespace chronos

@@ -1,0 +1,72 @@
+// AsyncPrefetcher: a priority queue of expert reads served by its own I/O thread through IoRing,
+// completing into expert-cache slots and signalling each slot's Event (DESIGN.md §2, §4).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "chronos/expert_cache.h"
+#include "chronos/io_ring.h"
+#include "chronos/pack_format.h"
+
+namespace chronos {
+
+// Lower value = served first: a demand miss, then later layers of the current token, then the
+// next tokens, then the prefill intent set.
+enum class FetchPriority : uint8_t { kDemand = 0, kSameToken = 1, kNextToken = 2, kLater = 3, kIntent = 4 };
+
+struct FetchRequest {
+  ExpertKey key;
+  FetchPriority priority = FetchPriority::kDemand;
+  int64_t step = 0;  // decode step the request was made for (stale requests are cancelled)
+};
+
+struct PrefetchStats {
+  int64_t reads = 0;              // expert reads completed
+  int64_t bytes_read = 0;
+  int64_t cancelled = 0;          // stale requests dropped from the queue
+  int64_t no_slot = 0;            // requests dropped because every slot was pinned, loading or protected
+  int64_t already_present = 0;    // requests for experts already resident or loading
+  double busy_seconds = 0.0;      // wall time with at least one read in flight
+  double read_latency_seconds = 0.0;  // sum over reads of submit -> usable
+};
+
+class AsyncPrefetcher {
+ public:
+  struct Options {
+    unsigned queue_depth = 16;      // reads in flight
+    double io_latency_ms = 0.0;     // added to every read's completion (models a slower disk)
+    bool force_pread = false;
+    bool verify_checksums = true;   // xxh64 of every expert read
+    std::function<int(const ReadRequest&)> fault_injector;  // tests: simulate read errors
+  };
+
+  // The cache and the mutex/condition variable that guard it are shared with the compute side;
+  // `loaded` is notified whenever an expert becomes ready or a load fails.
+  AsyncPrefetcher(const PackManifest& manifest, const std::filesystem::path& pack_dir, ExpertCache& cache,
+                  std::mutex& cache_mutex, std::condition_variable& loaded, Backend& backend, const Options& options);
+  ~AsyncPrefetcher();
+  AsyncPrefetcher(const AsyncPrefetcher&) = delete;
+  AsyncPrefetcher& operator=(const AsyncPrefetcher&) = delete;
+
+  // Thread-safe. A key already queued keeps the more urgent of its priorities.
+  void enqueue(std::span<const FetchRequest> requests);
+  // Drops queued (not yet issued) requests made before `step` whose priority is not kDemand.
+  void cancel_stale(int64_t step);
+  // The first read or checksum error of the I/O thread, or nullptr. Sticky.
+  std::exception_ptr error() const;
+  PrefetchStats stats() const;
+  const char* io_backend() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace chronos

@@ -1,0 +1,155 @@
+// ExpertStreamer: cache lookups for the MoE block, demand reads on a miss, wait or fallback.
+#include "chronos/expert_streamer.h"
+
+#include <fmt/ranges.h>
+
+#include <chrono>
+
+#include "chronos/error.h"
+
+namespace chronos {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The pack must hold exactly the routed experts this model's config describes.
+void check_against_model(const PackManifest& m, const ModelConfig& c, const std::filesystem::path& dir) {
+  const std::string where = (dir / kManifestFileName).string();
+  if (m.num_experts != c.n_expert || m.num_moe_layers != c.n_moe_layers())
+    throw_error("{}: {} MoE layers x {} experts, but config.json says {} x {}", where, m.num_moe_layers, m.num_experts,
+                c.n_moe_layers(), c.n_expert);
+  const std::vector<int64_t> in_shape = {c.n_ff_expert, c.n_embd}, out_shape = {c.n_embd, c.n_ff_expert};
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    if (!c.layer_is_moe[size_t(il)]) continue;
+    for (int32_t e = 0; e < c.n_expert; ++e) {
+      const auto it = m.experts.find(ExpertKey{int32_t(il), e});
+      if (it == m.experts.end()) throw_error("{}: layer {} expert {} is missing", where, il, e);
+      const PackedExpert& p = it->second;
+      if (p.gate.shape != in_shape || p.up.shape != in_shape || p.down.shape != out_shape)
+        throw_error("{}: layer {} expert {}: shapes [{}], [{}], [{}] do not match config.json", where, il, e,
+                    fmt::join(p.gate.shape, ","), fmt::join(p.up.shape, ","), fmt::join(p.down.shape, ","));
+    }
+  }
+}
+
+int64_t largest_extent(const PackManifest& m) {
+  int64_t bytes = 0;
+  for (const auto& [key, expert] : m.experts) bytes = std::max(bytes, expert.bytes);
+  return bytes;
+}
+
+}  // namespace
+
+ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+                               const StreamerOptions& options)
+    : model_(model), manifest_(PackManifest::load(pack_dir)), options_(options) {
+  const ModelConfig& c = model.config();
+  check_against_model(manifest_, c, pack_dir);
+  ExpertCache::Options cache_options;
+  cache_options.budget_bytes = options.budget_bytes;
+  cache_options.slot_bytes = largest_extent(manifest_);
+  cache_options.policy = options.policy;
+  cache_ = std::make_unique<ExpertCache>(backend, cache_options);
+  prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, mutex_, loaded_, backend, options.prefetch);
+  views_.resize(size_t(c.n_expert));
+  pinned_.assign(size_t(c.n_expert), 0);
+}
+
+ExpertStreamer::~ExpertStreamer() { prefetcher_.reset(); }
+
+FfnWeights ExpertStreamer::view_of(const PackedExpert& expert, void* data) const {
+  auto view = [&](const PackedTensor& t) {
+    return WeightView{static_cast<const std::byte*>(data) + (t.offset - expert.offset), t.dtype, t.shape[0], t.shape[1]};
+  };
+  return FfnWeights{view(expert.gate), view(expert.up), view(expert.down)};
+}
+
+size_t ExpertStreamer::max_experts_per_acquire() const { return size_t(std::max<int64_t>(1, cache_->n_slots())); }
+
+void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) {
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int32_t e = experts[i];
+    const ExpertKey key{int32_t(layer), e};
+    const PackedExpert& packed = manifest_.experts.at(key);
+    std::unique_lock lock(mutex_);
+    ++stats_.lookups;
+    ExpertCache::Lookup slot = cache_->acquire(key);
+    if (slot.state == SlotState::kEmpty) ++stats_.misses;
+    else if (slot.state == SlotState::kLoading) ++stats_.hits_loading;
+    else ++stats_.hits;
+
+    if (options_.on_miss == OnMiss::kFallback) {
+      // Never block: only an expert whose bytes are usable right now is computed.
+      if (slot.state != SlotState::kReady || !slot.ready->query()) {
+        if (slot.state != SlotState::kEmpty) cache_->release(key);
+        ++stats_.fallbacks;
+        lock.unlock();
+        if (slot.state == SlotState::kEmpty) {  // fetched for the tokens that follow
+          const FetchRequest request{key, FetchPriority::kDemand, step_};
+          prefetcher_->enqueue({&request, 1});
+        }
+        views[i] = nullptr;
+        pinned_[size_t(e)] = 0;
+        continue;
+      }
+    } else if (slot.state != SlotState::kReady) {
+      const auto start = Clock::now();
+      const bool requested = slot.state == SlotState::kEmpty;
+      if (requested) {
+        lock.unlock();
+        const FetchRequest request{key, FetchPriority::kDemand, step_};
+        prefetcher_->enqueue({&request, 1});
+        lock.lock();
+      }
+      loaded_.wait(lock, [&] { return prefetcher_->error() != nullptr || cache_->find(key).state == SlotState::kReady; });
+      if (const auto error = prefetcher_->error()) {
+        if (!requested) cache_->release(key);
+        std::rethrow_exception(error);
+      }
+      slot = requested ? cache_->acquire(key) : cache_->find(key);  // pin it (already pinned if it was loading)
+      ++stats_.waits;
+      lock.unlock();
+      slot.ready->wait();
+      lock.lock();
+      stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    lock.unlock();
+    if (!slot.ready->query()) {  // ready in the cache, the copy event not yet signalled
+      const auto start = Clock::now();
+      slot.ready->wait();
+      std::lock_guard relock(mutex_);
+      stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    views_[size_t(e)] = view_of(packed, slot.data);
+    views[i] = &views_[size_t(e)];
+    pinned_[size_t(e)] = 1;
+  }
+}
+
+void ExpertStreamer::release(int64_t layer, std::span<const int32_t> experts) {
+  std::lock_guard lock(mutex_);
+  for (const int32_t e : experts) {
+    if (!pinned_[size_t(e)]) continue;
+    cache_->release(ExpertKey{int32_t(layer), e});
+    pinned_[size_t(e)] = 0;
+  }
+}
+
+void ExpertStreamer::begin_step(int64_t step) {
+  {
+    std::lock_guard lock(mutex_);
+    step_ = step;
+    cache_->advance_step(step);
+  }
+  prefetcher_->cancel_stale(step);
+}
+
+StreamerStats ExpertStreamer::stats() const {
+  std::lock_guard lock(mutex_);
+  StreamerStats out = stats_;
+  out.cache = cache_->stats();
+  out.prefetch = prefetcher_->stats();
+  return out;
+}
+
+}  // namespace chronos
