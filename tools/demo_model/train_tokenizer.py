@@ -52,7 +52,15 @@ def main():
     os.makedirs(args.model_dir, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
     tok = build(args.vocab_size, args.corpus)
-    tok.save(os.path.join(args.model_dir, "tokenizer.json"))
+    path = os.path.join(args.model_dir, "tokenizer.json")
+    tok.save(path)
+    # tokenizers serialises the ByteLevel decoder with its default flags whatever it was built with; write
+    # the flags Qwen2's tokenizer.json has (decoding ignores them, other implementations may not).
+    with open(path) as f:
+        spec = json.load(f)
+    spec["decoder"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    with open(path, "w") as f:
+        json.dump(spec, f, ensure_ascii=False, indent=2)
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": None,
