@@ -37,22 +37,20 @@ class PreadRing final : public IoRing {
 
   void submit(std::span<const ReadRequest> requests) override {
     size_t queued = 0;
-    {
+    for (const ReadRequest& request : requests) {
+      check_request(request);
+      const int error = injected_error(options_, request);  // caller code: run outside the lock
       std::lock_guard lock(mutex_);
-      for (const ReadRequest& request : requests) {
-        check_request(request);
-        ++in_flight_;
-        if (const int error = injected_error(options_, request)) {
-          finished_.push_back({request.user_data, 0, error});
-        } else {
-          queue_.push(request);
-          ++queued;
-        }
+      ++in_flight_;
+      if (error != 0) {
+        finished_.push_back({request.user_data, 0, error});
+      } else {
+        queue_.push(request);
+        ++queued;
       }
     }
     if (queued == 1) work_ready_.notify_one();
     if (queued > 1) work_ready_.notify_all();
-    if (queued < requests.size()) reads_done_.notify_all();
   }
 
   size_t reap(std::vector<ReadCompletion>& out, size_t min_complete, std::chrono::microseconds timeout) override {
