@@ -1,7 +1,6 @@
 // The pack folder's on-disk formats: `.ctsr` cluster files, cluster_manifest.json, model fingerprints.
 #pragma once
 
-#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "chronos/dtype.h"
+#include "chronos/expert_key.h"
 #include "chronos/ops.h"
 
 namespace chronos {
@@ -18,13 +18,6 @@ namespace chronos {
 // Extents of a `.ctsr` file start at, and are padded to, multiples of this (one O_DIRECT read).
 inline constexpr int64_t kCtsrAlignment = 4096;
 inline constexpr const char* kManifestFileName = "cluster_manifest.json";
-
-// One routed expert: `layer` is the model's own layer index (dense layers leave gaps).
-struct ExpertKey {
-  int32_t layer = 0;
-  int32_t expert = 0;
-  auto operator<=>(const ExpertKey&) const = default;
-};
 
 // One tensor of a packed expert. `offset` is an absolute file offset.
 struct PackedTensor {
@@ -37,7 +30,7 @@ struct PackedTensor {
 // Where one expert lives: one extent [offset, offset + bytes) of its cluster file, 4096-aligned
 // and padded to a multiple of 4096, holding gate, up and down back to back.
 struct PackedExpert {
-  ExpertKey key;
+  ExpertKey key{};
   int32_t cluster = 0;
   int64_t offset = 0;
   int64_t bytes = 0;
@@ -76,7 +69,7 @@ struct PackManifest {
 
 // The gate/up/down weights of one expert to pack.
 struct ExpertSource {
-  ExpertKey key;
+  ExpertKey key{};
   WeightView gate, up, down;
 };
 

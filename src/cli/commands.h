@@ -17,6 +17,9 @@ struct Command {
 
 Command register_generate(CLI::App& app);
 Command register_inspect(CLI::App& app);
+Command register_widen(CLI::App& app);
+Command register_trace(CLI::App& app);
+Command register_pack(CLI::App& app);
 
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);

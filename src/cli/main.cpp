@@ -60,7 +60,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Chronos: Mixture-of-Experts inference with experts streamed from disk"};
   app.set_version_flag("--version", std::string(CHRONOS_VERSION));
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands = {cli::register_generate(app), cli::register_inspect(app)};
+  const std::vector<cli::Command> commands = {cli::register_generate(app), cli::register_inspect(app),
+                                               cli::register_widen(app), cli::register_trace(app),
+                                               cli::register_pack(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];
