@@ -3,12 +3,12 @@
 # O_DIRECT, io_uring, one job, each block read once per pass; prints GB/s, CPU s/GB and the ratio.
 #
 #   scripts/bench_io_vs_fio.sh FILE [--block-sizes 128k,1M,4M,12M] [--queue-depth 32]
-#                              [--pattern seq|rand] [--repeats 3] [--bench PATH/chronos_bench_io]
+#                              [--pattern seq|rand] [--repeats 5] [--bench PATH/chronos_bench_io]
 #
 # Both tools read floor(size / block) whole blocks, so they move the same bytes. Both use O_DIRECT,
 # so the page cache is neither used nor in need of dropping between runs (a disk behind a
 # virtualised block device may still have a host-side cache: compare the two columns, not runs on
-# different days). Medians of --repeats passes. Needs fio with the io_uring engine, and python3
+# different days). Passes alternate between the tools; medians of --repeats passes. Needs fio with the io_uring engine, and python3
 # to read fio's JSON.
 set -euo pipefail
 
@@ -20,7 +20,7 @@ shift
 block_sizes=128k,1M,4M,12M
 queue_depth=32
 pattern=seq
-repeats=3
+repeats=5
 bench=${CHRONOS_BENCH_IO:-}
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -86,17 +86,19 @@ IFS=, read -r -a blocks <<< "$block_sizes"
 for block in "${blocks[@]}"; do
   block_bytes=$(to_bytes "$block")
   whole=$(( size / block_bytes * block_bytes ))
-  fio_gbs=()
-  fio_cpu=()
+  fio_gbs=() fio_cpu=() our_gbs=() our_cpu=()
+  # Alternating passes, so that drift in the disk (or the host behind it) hits both tools alike.
   for ((r = 0; r < repeats; r++)); do
     read -r gbs cpu < <(fio_once "$block" "$whole")
-    fio_gbs+=("$gbs")
-    fio_cpu+=("$cpu")
+    fio_gbs+=("$gbs") fio_cpu+=("$cpu")
+    read -r _ _ gbs cpu < <("$bench" --file "$file" --block-size "$block" --queue-depth "$queue_depth" \
+                              --pattern "$pattern" --repeats 1 --tsv)
+    our_gbs+=("$gbs") our_cpu+=("$cpu")
   done
   fio_median=$(printf '%s\n' "${fio_gbs[@]}" | median)
   fio_cpu_median=$(printf '%s\n' "${fio_cpu[@]}" | median)
-  read -r _ _ ours ours_cpu < <("$bench" --file "$file" --block-size "$block" --queue-depth "$queue_depth" \
-                                  --pattern "$pattern" --repeats "$repeats" --tsv)
+  ours=$(printf '%s\n' "${our_gbs[@]}" | median)
+  ours_cpu=$(printf '%s\n' "${our_cpu[@]}" | median)
   ratio=$(awk -v a="$ours" -v b="$fio_median" 'BEGIN { printf "%.1f%%", 100 * a / b }')
   printf '%8s  %12.3f %12.3f  %12.4f %12.4f  %7s\n' "$block" "$fio_median" "$ours" "$fio_cpu_median" "$ours_cpu" "$ratio"
 done
