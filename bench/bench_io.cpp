@@ -27,10 +27,14 @@ int64_t parse_size(const std::string& text) {
   const int64_t value = std::stoll(text, &used);
   const std::string suffix = text.substr(used);
   int64_t scale = 1;
-  if (suffix == "k" || suffix == "K" || suffix == "KiB") scale = int64_t(1) << 10;
-  else if (suffix == "m" || suffix == "M" || suffix == "MiB") scale = int64_t(1) << 20;
-  else if (suffix == "g" || suffix == "G" || suffix == "GiB") scale = int64_t(1) << 30;
-  else if (!suffix.empty()) throw UsageError(fmt::format("--block-size: bad size \"{}\"", text));
+  if (suffix == "k" || suffix == "K" || suffix == "KiB")
+    scale = int64_t(1) << 10;
+  else if (suffix == "m" || suffix == "M" || suffix == "MiB")
+    scale = int64_t(1) << 20;
+  else if (suffix == "g" || suffix == "G" || suffix == "GiB")
+    scale = int64_t(1) << 30;
+  else if (!suffix.empty())
+    throw UsageError(fmt::format("--block-size: bad size \"{}\"", text));
   if (value <= 0) throw UsageError(fmt::format("--block-size: \"{}\" is not positive", text));
   return value * scale;
 }
@@ -102,8 +106,12 @@ int run(int argc, char** argv) {
   app.add_option("--pattern", pattern, "seq: in file order; rand: every block once, shuffled")
       ->check(CLI::IsMember({"seq", "rand"}))
       ->capture_default_str();
-  app.add_option("--backend", backend, "io_uring or pread")->check(CLI::IsMember({"io_uring", "pread"}))->capture_default_str();
-  app.add_option("--repeats", repeats, "Passes per block size; the median is reported")->capture_default_str()->check(CLI::Range(1, 100));
+  app.add_option("--backend", backend, "io_uring or pread")
+      ->check(CLI::IsMember({"io_uring", "pread"}))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "Passes per block size; the median is reported")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
   app.add_flag("--fixed-buffers", fixed_buffers, "Register the buffers (IORING_OP_READ_FIXED)");
   app.add_flag("--tsv", tsv, "One line per block size: block_bytes, queue_depth, GB/s, CPU s/GB");
   CLI11_PARSE(app, argc, argv);
@@ -114,14 +122,15 @@ int run(int argc, char** argv) {
   options.force_pread = backend == "pread";
   const auto ring = IoRing::create(options);
   if (!tsv) {
-    fmt::print("{}: {:.2f} GB, {}, backend {}, queue depth {}, {} order, median of {}\n", path, double(file.size()) / 1e9,
-               file.direct() ? "O_DIRECT" : "buffered (no O_DIRECT here)", ring->backend_name(), queue_depth, pattern,
-               repeats);
+    fmt::print("{}: {:.2f} GB, {}, backend {}, queue depth {}, {} order, median of {}\n", path,
+               double(file.size()) / 1e9, file.direct() ? "O_DIRECT" : "buffered (no O_DIRECT here)",
+               ring->backend_name(), queue_depth, pattern, repeats);
     fmt::print("{:>10} {:>8} {:>10} {:>12}\n", "block", "blocks", "GB/s", "CPU s/GB");
   }
   for (const std::string& text : block_sizes) {
     const int64_t block = parse_size(text);
-    if (block % DirectFile::kAlignment != 0) throw UsageError(fmt::format("--block-size {}: not a multiple of 4096", text));
+    if (block % DirectFile::kAlignment != 0)
+      throw UsageError(fmt::format("--block-size {}: not a multiple of 4096", text));
     const int64_t n_blocks = file.size() / block;
     if (n_blocks == 0) throw UsageError(fmt::format("--block-size {}: larger than the file", text));
     std::vector<int64_t> order(static_cast<size_t>(n_blocks));

@@ -47,10 +47,10 @@ class DirectFile {
 };
 
 struct ReadRequest {
-  int fd = -1;           // from DirectFile
-  int64_t offset = 0;    // file offset; multiple of 4096 for O_DIRECT files
-  int64_t bytes = 0;     // multiple of 4096 for O_DIRECT files, except a read that ends at EOF
-  void* dst = nullptr;   // 4096-aligned for O_DIRECT
+  int fd = -1;          // from DirectFile
+  int64_t offset = 0;   // file offset; multiple of 4096 for O_DIRECT files
+  int64_t bytes = 0;    // multiple of 4096 for O_DIRECT files, except a read that ends at EOF
+  void* dst = nullptr;  // 4096-aligned for O_DIRECT
   uint64_t user_data = 0;
 };
 // A read that ends at EOF of an O_DIRECT file may ask for a length that is not a multiple of 4096:

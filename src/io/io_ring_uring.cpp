@@ -93,7 +93,8 @@ class UringRing final : public IoRing {
       __kernel_timespec wait_time{};
       __kernel_timespec* wait_for = nullptr;
       if (timeout.count() > 0) {
-        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) return got;
         wait_time.tv_sec = left.count() / 1'000'000'000;
         wait_time.tv_nsec = left.count() % 1'000'000'000;
@@ -224,14 +225,14 @@ class UringRing final : public IoRing {
 
   const Options options_;
   io_uring ring_;
-  std::vector<ReadState> slots_;        // [queue_depth] the reads the ring holds, by SQE user_data
-  std::vector<unsigned> free_slots_;    // slots not holding a read
-  std::vector<unsigned> to_issue_;      // slots whose next read still needs an SQE
-  Fifo<ReadState> pending_;             // requests waiting for a free slot
-  std::vector<ReadCompletion> ready_;   // finished, not yet reaped
-  std::vector<iovec> registered_;       // fixed buffers, by index
-  size_t n_in_kernel_ = 0;              // SQEs prepared whose CQE has not been seen
-  size_t in_flight_ = 0;                // submitted, not yet reaped
+  std::vector<ReadState> slots_;       // [queue_depth] the reads the ring holds, by SQE user_data
+  std::vector<unsigned> free_slots_;   // slots not holding a read
+  std::vector<unsigned> to_issue_;     // slots whose next read still needs an SQE
+  Fifo<ReadState> pending_;            // requests waiting for a free slot
+  std::vector<ReadCompletion> ready_;  // finished, not yet reaped
+  std::vector<iovec> registered_;      // fixed buffers, by index
+  size_t n_in_kernel_ = 0;             // SQEs prepared whose CQE has not been seen
+  size_t in_flight_ = 0;               // submitted, not yet reaped
 };
 
 }  // namespace

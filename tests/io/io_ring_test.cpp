@@ -165,7 +165,7 @@ TEST_P(IoRingTest, ReadsPastEofReportTheBytesThatExist) {
   const int64_t last_block = DirectFile::align_down(kFileBytes);  // 1234 bytes of file from here
   AlignedBytes a(3 * kPage), b(kPage), c(kPage), d(kPage);
   const ReadRequest requests[] = {
-      {file.fd(), last_block - 2 * kPage, 3 * kPage, a.data.get(), 1},  // asks for more than there is
+      {file.fd(), last_block - 2 * kPage, 3 * kPage, a.data.get(), 1},    // asks for more than there is
       {file.fd(), last_block, kFileBytes - last_block, b.data.get(), 2},  // unaligned length ending at EOF
       {file.fd(), last_block + kPage, kPage, c.data.get(), 3},            // starts past EOF
       {file.fd(), 0, 0, d.data.get(), 4},                                 // nothing to read
