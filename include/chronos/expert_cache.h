@@ -161,7 +161,6 @@ class ExpertCache {
 // Replays per-token expert sets through a cache of n_slots with demand loading (every miss is
 // loaded at once, nothing is prefetched) and returns hits / requests. Used to choose the policy
 // on recorded routing traces.
-double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots,
-                         EvictionPolicy policy);
+double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots, EvictionPolicy policy);
 
 }  // namespace chronos

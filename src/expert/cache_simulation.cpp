@@ -33,8 +33,7 @@ class BookkeepingBackend final : public Backend {
 
 }  // namespace
 
-double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots,
-                         EvictionPolicy policy) {
+double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots, EvictionPolicy policy) {
   if (n_slots <= 0) throw_error("cache simulation: {} slots, expected at least one", n_slots);
   BookkeepingBackend backend;
   ExpertCache cache(backend, {.budget_bytes = n_slots, .slot_bytes = 1, .policy = policy});

@@ -15,18 +15,13 @@ constexpr double kRescaleExponent = 256.0;
 }  // namespace
 
 ExpertCache::ExpertCache(Backend& backend, const Options& options)
-    : backend_(backend),
-      budget_bytes_(options.budget_bytes),
-      slot_bytes_(options.slot_bytes),
-      policy_(options.policy) {
+    : backend_(backend), budget_bytes_(options.budget_bytes), slot_bytes_(options.slot_bytes), policy_(options.policy) {
   if (slot_bytes_ <= 0) throw_error("expert cache slot size {} bytes must be positive", slot_bytes_);
   if (budget_bytes_ < slot_bytes_) {
-    throw_error("expert cache budget {} is smaller than one expert ({} bytes)", budget_bytes_,
-                slot_bytes_);
+    throw_error("expert cache budget {} is smaller than one expert ({} bytes)", budget_bytes_, slot_bytes_);
   }
   if (!(options.frequency_half_life >= 0)) {
-    throw_error("expert cache frequency half-life {} must be non-negative",
-                options.frequency_half_life);
+    throw_error("expert cache frequency half-life {} must be non-negative", options.frequency_half_life);
   }
   const int64_t n = budget_bytes_ / slot_bytes_;
   half_life_ = options.frequency_half_life > 0 ? options.frequency_half_life : 4.0 * double(n);
@@ -151,12 +146,10 @@ ExpertCache::Lookup ExpertCache::acquire(ExpertKey key) {
 
 void ExpertCache::release(ExpertKey key) {
   const auto it = index_.find(key);
-  CHRONOS_CHECK_MSG(it != index_.end(), "release of expert ({}, {}) that is not in the cache",
-                    key.layer, key.expert);
+  CHRONOS_CHECK_MSG(it != index_.end(), "release of expert ({}, {}) that is not in the cache", key.layer, key.expert);
   const int32_t slot = it->second;
   Slot& s = slots_[size_t(slot)];
-  CHRONOS_CHECK_MSG(s.pins > 0, "release of expert ({}, {}) that is not pinned", key.layer,
-                    key.expert);
+  CHRONOS_CHECK_MSG(s.pins > 0, "release of expert ({}, {}) that is not pinned", key.layer, key.expert);
   --s.pins;
   if (s.pins == 0 && s.orphaned) {
     free_slot(slot);

@@ -32,9 +32,7 @@ void touch(ExpertCache& cache, ExpertKey key) {
   cache.release(key);
 }
 
-bool present(const ExpertCache& cache, ExpertKey key) {
-  return cache.find(key).state != SlotState::kEmpty;
-}
+bool present(const ExpertCache& cache, ExpertKey key) { return cache.find(key).state != SlotState::kEmpty; }
 
 TEST(ExpertCache, BudgetSmallerThanOneSlotIsAnError) {
   auto backend = make_cpu_backend();
@@ -105,8 +103,7 @@ TEST(ExpertCache, LoadLifecycleAndStats) {
 
 TEST(ExpertCache, LruEvictsInExactRecencyOrder) {
   auto backend = make_cpu_backend();
-  ExpertCache cache(*backend,
-                    {.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLru});
+  ExpertCache cache(*backend, {.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLru});
   for (int i = 0; i < 4; ++i) load(cache, key_of(i));
   touch(cache, key_of(2));
   touch(cache, key_of(0));
@@ -163,7 +160,7 @@ TEST(ExpertCache, PinnedAndLoadingSlotsAreNeverVictims) {
     ExpertCache cache(*backend, {.budget_bytes = 3 * kSlot, .slot_bytes = kSlot, .policy = policy});
     load(cache, key_of(0));
     load(cache, key_of(1));
-    ASSERT_TRUE(cache.begin_load(key_of(2)).has_value());  // stays loading
+    ASSERT_TRUE(cache.begin_load(key_of(2)).has_value());          // stays loading
     ASSERT_NE(cache.acquire(key_of(0)).state, SlotState::kEmpty);  // pinned
     // Only key 1 is evictable, although key 0 is older under LRU.
     load(cache, key_of(3));
@@ -182,8 +179,7 @@ TEST(ExpertCache, PinnedAndLoadingSlotsAreNeverVictims) {
 
 TEST(ExpertCache, ProtectionHoldsUntilItsStepAndCanBeExtended) {
   auto backend = make_cpu_backend();
-  ExpertCache cache(*backend,
-                    {.budget_bytes = 2 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLru});
+  ExpertCache cache(*backend, {.budget_bytes = 2 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLru});
   const ExpertKey a{0, 0}, b{0, 1};
   cache.protect(a, 3);  // before it is resident
   load(cache, a);
@@ -247,8 +243,7 @@ TEST(ExpertCacheDeathTest, ReleaseWithoutPinIsAnInvariantFailure) {
 void run_random_operations(EvictionPolicy policy, uint64_t seed) {
   auto backend = make_cpu_backend();
   constexpr int64_t kSlots = 12;
-  ExpertCache cache(*backend,
-                    {.budget_bytes = kSlots * kSlot + 7, .slot_bytes = kSlot, .policy = policy});
+  ExpertCache cache(*backend, {.budget_bytes = kSlots * kSlot + 7, .slot_bytes = kSlot, .policy = policy});
   std::mt19937_64 rng(seed);
   std::map<ExpertKey, int> pins;  // the compute side's pins
   std::set<ExpertKey> loading;
@@ -330,8 +325,7 @@ void run_random_operations(EvictionPolicy policy, uint64_t seed) {
     ASSERT_EQ(int64_t(cache.resident().size()) * kSlot, cache.resident_bytes());
     for (const ExpertKey k : must_stay) {
       if (aborted == k) continue;  // an abort is the one call that removes a loading key
-      ASSERT_TRUE(present(cache, k)) << "op " << op << " evicted (" << k.layer << ", " << k.expert
-                                     << ")";
+      ASSERT_TRUE(present(cache, k)) << "op " << op << " evicted (" << k.layer << ", " << k.expert << ")";
     }
     for (const ExpertKey k : loading) ASSERT_EQ(cache.find(k).state, SlotState::kLoading);
   }
@@ -342,17 +336,15 @@ void run_random_operations(EvictionPolicy policy, uint64_t seed) {
   EXPECT_EQ(stats.peak_bytes, cache.budget_bytes() / kSlot * kSlot);
 }
 
-TEST(ExpertCache, RandomOperationsKeepEveryInvariantLru) {
-  run_random_operations(EvictionPolicy::kLru, 1);
-}
+TEST(ExpertCache, RandomOperationsKeepEveryInvariantLru) { run_random_operations(EvictionPolicy::kLru, 1); }
 TEST(ExpertCache, RandomOperationsKeepEveryInvariantLruFrequency) {
   run_random_operations(EvictionPolicy::kLruFrequency, 2);
 }
 
 // Per-token sets shaped like MoE routing: for each of n_layers, k distinct experts drawn from a
 // Zipf(s) popularity over n_expert (a different popularity order per layer).
-std::vector<std::vector<ExpertKey>> zipf_tokens(int n_tokens, int n_layers, int n_expert, int k,
-                                                double s, uint64_t seed) {
+std::vector<std::vector<ExpertKey>> zipf_tokens(int n_tokens, int n_layers, int n_expert, int k, double s,
+                                                uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<double> cdf(static_cast<size_t>(n_expert));
   double total = 0;
