@@ -162,5 +162,8 @@ class ExpertCache {
 // loaded at once, nothing is prefetched) and returns hits / requests. Used to choose the policy
 // on recorded routing traces.
 double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots, EvictionPolicy policy);
+// The same with kLruFrequency's half-life in acquires (0: the cache's default, 4 * n_slots).
+double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots, EvictionPolicy policy,
+                         double frequency_half_life);
 
 }  // namespace chronos

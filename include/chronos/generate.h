@@ -23,6 +23,9 @@ struct GenerateOptions {
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   std::vector<int32_t> eos_ids;           // any of these ends generation (not emitted)
   bool ignore_eos = false;
+  // Called before every forward step with the position of its first token (expert streaming
+  // uses it to expire protections and cancel stale prefetches).
+  std::function<void(int64_t pos)> on_step;
 };
 
 enum class StopReason { kMaxTokens, kEos, kStopString, kContextFull, kCallback };

@@ -116,6 +116,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const ModelSizes& sizes() const { return sizes_; }
+  const TensorStore& tensors() const { return store_; }  // every tensor of the loaded files
 
   // Scratch for up to max_batch tokens per forward step, sized once (the forward allocates nothing).
   struct Scratch;

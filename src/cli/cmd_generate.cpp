@@ -10,7 +10,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "chronos/backend.h"
+#include "chronos/budget.h"
 #include "chronos/error.h"
+#include "chronos/expert_streamer.h"
 #include "chronos/generate.h"
 #include "chronos/generation_config.h"
 #include "chronos/model.h"
@@ -41,7 +44,17 @@ struct GenerateArgs {
   int64_t batch_size = 32;
   std::string stats_json;
   bool verbose = false;
+  std::string expert_cache = "100%";
+  std::string on_miss = "wait";
+  double io_latency_ms = 0.0;
+  bool force_pread = false;
 };
+
+OnMiss parse_on_miss(const std::string& text) {
+  if (text == "wait") return OnMiss::kWait;
+  if (text == "fallback") return OnMiss::kFallback;
+  throw UsageError(fmt::format("--on-miss must be wait or fallback (got '{}')", text));
+}
 
 std::string read_prompt(const GenerateArgs& args) {
   if (args.prompt) return *args.prompt;
@@ -72,6 +85,8 @@ int run_generate(const GenerateArgs& args) {
   const auto dir = resolve_model_dir(args.model);
   const std::string prompt_text = read_prompt(args);  // before loading: fail fast on bad input
   const auto load_start = std::chrono::steady_clock::now();
+  if (args.io_latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
+  parse_on_miss(args.on_miss);
   const auto model = Model::load(dir);
   const Tokenizer tokenizer = Tokenizer::load(dir);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -110,6 +125,22 @@ int run_generate(const GenerateArgs& args) {
   if (n_ctx > cfg.n_ctx_train)
     throw UsageError(fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
+  // A pack folder streams its routed experts through a budgeted cache.
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ExpertStreamer> streamer;
+  if (model->experts_streamed()) {
+    StreamerOptions so;
+    so.budget_bytes = parse_budget(args.expert_cache, model->sizes().expert_bytes, "--expert-cache");
+    so.on_miss = parse_on_miss(args.on_miss);
+    so.prefetch.io_latency_ms = args.io_latency_ms;
+    so.prefetch.force_pread = args.force_pread;
+    backend = make_cpu_backend();
+    streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
+    model->set_expert_provider(streamer.get());
+    options.on_step = [&](int64_t pos) { streamer->begin_step(pos); };
+  } else if (args.expert_cache != "100%" || args.on_miss != "wait" || args.io_latency_ms != 0.0) {
+    throw UsageError("--expert-cache, --on-miss and --io-latency-ms need a pack folder (chronos pack)");
+  }
   Generator generator(*model, tokenizer, pool, n_ctx, args.batch_size);
   spdlog::info("{}: {} layers, {} experts (top-{}), {} prompt tokens, {} threads", dir.string(), cfg.n_layer,
                cfg.n_expert, cfg.n_expert_used, prompt.size(), pool.size());
@@ -124,6 +155,15 @@ int run_generate(const GenerateArgs& args) {
   });
   if (!write_failed && isatty(fileno(stdout))) std::fputc('\n', stdout);
 
+  if (streamer) {
+    const StreamerStats ss = streamer->stats();
+    fmt::print(stderr,
+               "chronos: experts: {} lookups, {:.1f}% hits, {} misses, {} fallbacks, stalled {:.1f} ms on I/O, "
+               "read {:.1f} MiB in {} reads ({}), cache {} slots\n",
+               ss.lookups, 100.0 * double(ss.hits) / double(std::max<int64_t>(1, ss.lookups)), ss.misses, ss.fallbacks,
+               ss.stall_seconds * 1e3, double(ss.prefetch.bytes_read) / (1 << 20), ss.prefetch.reads,
+               streamer->prefetcher().io_backend(), streamer->n_slots());
+  }
   fmt::print(stderr,
              "chronos: prompt {} tokens, prefill {:.1f} tok/s, first token {:.0f} ms, generated {} tokens, "
              "decode {:.2f} tok/s, stop: {}\n",
@@ -149,6 +189,14 @@ int run_generate(const GenerateArgs& args) {
         {"dense_bytes", model->sizes().dense_bytes},
         {"expert_bytes", model->sizes().expert_bytes},
     };
+    if (streamer) {
+      const StreamerStats ss = streamer->stats();
+      j["experts"] = {{"lookups", ss.lookups}, {"hits", ss.hits}, {"hits_loading", ss.hits_loading},
+                      {"misses", ss.misses}, {"fallbacks", ss.fallbacks}, {"stall_seconds", ss.stall_seconds},
+                      {"bytes_read", ss.prefetch.bytes_read}, {"reads", ss.prefetch.reads},
+                      {"cache_slots", streamer->n_slots()}, {"peak_cache_bytes", ss.cache.peak_bytes},
+                      {"budget_bytes", streamer->cache().budget_bytes()}};
+    }
     write_file_atomically(args.stats_json, j.dump(2) + "\n");
   }
   return 0;
@@ -178,6 +226,10 @@ Command register_generate(CLI::App& app) {
   sub->add_option("-b,--batch-size", args->batch_size, "Prompt tokens per prefill step")->capture_default_str();
   sub->add_option("--stats-json", args->stats_json, "Write load/prefill/decode statistics as JSON to this file");
   sub->add_flag("-v,--verbose", args->verbose, "Debug logging on stderr");
+  sub->add_option("--expert-cache", args->expert_cache, "Pack folders: expert cache budget (2GiB, 512MB, 25%)")->capture_default_str();
+  sub->add_option("--on-miss", args->on_miss, "Pack folders: wait (exact) or fallback (never blocks)")->capture_default_str();
+  sub->add_option("--io-latency-ms", args->io_latency_ms, "Pack folders: add this latency to every expert read");
+  sub->add_flag("--pread", args->force_pread, "Pack folders: read with pread threads instead of io_uring");
   return Command{sub, [args] { return run_generate(*args); }};
 }
 

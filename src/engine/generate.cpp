@@ -91,6 +91,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   StopMatcher matcher(options.stop_strings);
 
   const auto start = std::chrono::steady_clock::now();
+  if (options.on_step) options.on_step(0);
   model_.forward(prompt, 0, kv_, *scratch_, pool_, logits_.data(), false);
   stats.prefill_seconds = seconds_since(start);
   auto decode_start = start;
@@ -118,6 +119,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (stopped) break;
     if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
     if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
+    if (options.on_step) options.on_step(pos);
     model_.forward(std::span<const int32_t>(&history.back(), 1), pos, kv_, *scratch_, pool_, logits_.data(), false);
     ++pos;
   }

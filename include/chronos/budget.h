@@ -1,0 +1,12 @@
+// Byte budgets from the command line: "2GiB", "512MB", "1073741824", or "25%" of a total.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace chronos {
+
+// Throws UsageError naming `flag` for anything that is not a positive size or a percentage in (0, 100].
+int64_t parse_budget(std::string_view text, int64_t total_bytes, std::string_view flag);
+
+}  // namespace chronos

@@ -1,0 +1,89 @@
+// chronos trace: routing traces of a prompt set (top-k ids, router probabilities, block-0 states).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "chronos/error.h"
+#include "chronos/generation_config.h"
+#include "chronos/model.h"
+#include "chronos/thread_pool.h"
+#include "chronos/tokenizer.h"
+#include "chronos/trace.h"
+#include "cli/commands.h"
+
+namespace chronos::cli {
+namespace {
+
+struct TraceArgs {
+  std::string model;
+  std::string prompts;
+  std::string out;
+  int64_t n_predict = 64;
+  int64_t limit = 0;
+  int64_t per_file = 16;
+  std::optional<float> temperature;
+  uint64_t seed = 0;
+  int threads = 0;
+  int64_t ctx_size = 2048;
+};
+
+int run_trace(const TraceArgs& args) {
+  if (args.n_predict < 0) throw UsageError(fmt::format("-n must be >= 0 (got {})", args.n_predict));
+  if (args.per_file < 1) throw UsageError("--prompts-per-file must be >= 1");
+  if (args.threads < 0) throw UsageError("--threads must be >= 1");
+  if (args.ctx_size < 16) throw UsageError("--ctx-size must be >= 16");
+  const auto dir = resolve_model_dir(args.model);
+  auto prompts = read_prompts_jsonl(args.prompts);
+  if (args.limit > 0 && args.limit < std::ssize(prompts)) prompts.resize(size_t(args.limit));
+  const auto model = Model::load(dir);
+  if (model->experts_streamed()) throw_error("{}: trace a Hugging Face checkpoint, not a pack", dir.string());
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  TraceOptions options;
+  options.max_new_tokens = args.n_predict;
+  options.sampling = read_generation_defaults(dir);
+  if (args.temperature) options.sampling.temperature = *args.temperature;
+  options.sampling.seed = args.seed;
+  validate_sampling(options.sampling);
+  options.prompts_per_file = args.per_file;
+  options.n_ctx = std::min(args.ctx_size, model->config().n_ctx_train);
+  ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
+
+  const bool tty = isatty(fileno(stderr));
+  const auto start = std::chrono::steady_clock::now();
+  const TraceProgress done = record_traces(*model, tokenizer, dir, prompts, args.out, options, pool,
+                                           [&](const TraceProgress& p) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (tty) {
+      const int width = 30, filled = int(width * p.prompts_done / std::max<int64_t>(1, p.prompts_total));
+      fmt::print(stderr, "\rtrace [{:<{}}] {}/{} prompts, {} tokens, {:.0f} tok/s", std::string(size_t(filled), '#'),
+                 width, p.prompts_done, p.prompts_total, p.tokens, double(p.tokens) / std::max(seconds, 1e-9));
+    } else if (p.prompts_done == p.prompts_total || p.prompts_done % args.per_file == 0) {
+      fmt::print(stderr, "trace: {}/{} prompts, {} tokens\n", p.prompts_done, p.prompts_total, p.tokens);
+    }
+  });
+  if (tty) fmt::print(stderr, "\n");
+  fmt::print(stderr, "chronos: traced {} prompts ({} tokens; {} files already present) into {}\n", done.prompts_done,
+             done.tokens, done.files_skipped, args.out);
+  return 0;
+}
+
+}  // namespace
+
+Command register_trace(CLI::App& app) {
+  auto args = std::make_shared<TraceArgs>();
+  CLI::App* sub = app.add_subcommand("trace", "Record routing traces of a prompt set (for pack and train-predictors)");
+  sub->add_option("-m,--model", args->model, "Hugging Face checkpoint folder");
+  sub->add_option("--prompts", args->prompts, "Prompts, one JSON object per line ({\"prompt\", \"id\", \"domain\"})")->required();
+  sub->add_option("-o,--out", args->out, "Output folder of .ctrace files (a rerun resumes)")->required();
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens generated per prompt")->capture_default_str();
+  sub->add_option("--limit", args->limit, "Use only the first N prompts");
+  sub->add_option("--prompts-per-file", args->per_file, "Prompts per trace file")->capture_default_str();
+  sub->add_option("--temp", args->temperature, "Sampling temperature (default: generation_config.json, else greedy)");
+  sub->add_option("-s,--seed", args->seed, "Seed (prompt i uses seed + i)")->capture_default_str();
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")->capture_default_str();
+  return Command{sub, [args] { return run_trace(*args); }};
+}
+
+}  // namespace chronos::cli

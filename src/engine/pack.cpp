@@ -1,0 +1,155 @@
+// write_pack: clusters from traces, one .ctsr per cluster, dense.safetensors, manifest, config files.
+#include "chronos/pack.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "chronos/error.h"
+#include "chronos/io_ring.h"
+#include "chronos/pack_format.h"
+#include "chronos/trace.h"
+#include "model/arch/arch.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> moe_layers_of(const ModelConfig& c) {
+  std::vector<int32_t> layers;
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (c.layer_is_moe[size_t(il)]) layers.push_back(int32_t(il));
+  return layers;
+}
+
+const char* method_name(ClusterMethod m) {
+  switch (m) {
+    case ClusterMethod::kLeiden: return "leiden";
+    case ClusterMethod::kLouvain: return "louvain";
+    case ClusterMethod::kNone: return "none";
+  }
+  return "none";
+}
+
+}  // namespace
+
+CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path& trace_dir, int64_t* n_tokens) {
+  const std::vector<int32_t> layers = moe_layers_of(c);
+  CoactivationGraph graph(int32_t(layers.size()), int32_t(c.n_expert));
+  int64_t tokens = 0;
+  for (const TraceReader& reader : open_traces(trace_dir)) {
+    const TraceHeader& h = reader.header();
+    if (h.moe_layers != layers || h.n_expert != c.n_expert || h.n_expert_used != c.n_expert_used)
+      throw_error("{}: the trace's MoE layout ({} layers x {} experts, top-{}) is not this model's", reader.path().string(),
+                  h.moe_layers.size(), h.n_expert, h.n_expert_used);
+    for (const TraceSequence& seq : reader.read_all()) {
+      graph.begin_sequence();
+      for (const TraceToken& token : seq.tokens) graph.add_token(token.top_ids, int32_t(c.n_expert_used));
+      tokens += std::ssize(seq.tokens);
+    }
+  }
+  if (n_tokens != nullptr) *n_tokens = tokens;
+  return graph;
+}
+
+PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::path& out_dir, const PackOptions& options,
+                       const std::function<void(int64_t, int64_t)>& on_cluster) {
+  const ModelConfig& c = model.config();
+  if (model.experts_streamed()) throw_error("{}: already a pack", model_dir.string());
+  if (c.n_moe_layers() == 0) throw_error("{}: the model has no MoE layer", model_dir.string());
+  if (fs::exists(out_dir)) throw_error("{}: already exists (remove it or choose another -o)", out_dir.string());
+  if (options.method != ClusterMethod::kNone && !options.traces)
+    throw UsageError(fmt::format("--cluster {} needs --traces (or use --cluster none)", method_name(options.method)));
+  const std::vector<int32_t> layers = moe_layers_of(c);
+  PackSummary summary;
+
+  CoactivationGraph graph(int32_t(layers.size()), int32_t(c.n_expert));
+  if (options.traces) graph = coactivation_from_traces(c, *options.traces, &summary.traced_tokens);
+  ClusterOptions cluster_options;
+  cluster_options.method = options.method;
+  cluster_options.seed = options.seed;
+  cluster_options.bytes_per_expert = DirectFile::align_up(model.sizes().bytes_per_expert);
+  cluster_options.max_cluster_bytes = std::max(options.max_cluster_bytes, cluster_options.bytes_per_expert);
+  const ClusterPlan plan = plan_clusters(graph, cluster_options);
+  summary.modularity = plan.modularity;
+  summary.intra_cluster_weight_share = plan.intra_cluster_weight_share;
+
+  const fs::path tmp = out_dir.string() + ".tmp";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  struct RemoveOnFailure {
+    const fs::path& dir;
+    bool done = false;
+    ~RemoveOnFailure() {
+      std::error_code ignored;
+      if (!done) fs::remove_all(dir, ignored);
+    }
+  } guard{tmp};
+
+  const std::string fingerprint = model_fingerprint(model_dir);
+  PackManifest manifest;
+  manifest.architecture = c.arch_name();
+  manifest.num_moe_layers = std::ssize(layers);
+  manifest.num_experts = c.n_expert;
+  manifest.dtype = std::string(dtype_name(model.sizes().expert_dtype));
+  manifest.fingerprint = fingerprint;
+  manifest.clustering_method = method_name(options.method);
+  manifest.clustering_trace = options.traces ? options.traces->string() : "";
+  manifest.clustering_seed = options.seed;
+  const auto& weights = model.weights();
+  for (size_t i = 0; i < plan.clusters.size(); ++i) {
+    std::vector<ExpertSource> sources;
+    PackCluster cluster;
+    cluster.id = int32_t(i);
+    cluster.file = fmt::format("cluster_{:03d}.ctsr", i);
+    for (const int32_t node : plan.clusters[i]) {
+      const ExpertKey key{layers[size_t(node / c.n_expert)], int32_t(node % c.n_expert)};
+      const FfnWeights& w = weights.layers[size_t(key.layer)].experts[size_t(key.expert)];
+      sources.push_back(ExpertSource{key, w.gate, w.up, w.down});
+      cluster.experts.push_back(key);
+    }
+    for (PackedExpert& packed : write_ctsr(tmp / cluster.file, cluster.id, fingerprint, sources))
+      manifest.experts[packed.key] = packed;
+    cluster.bytes = int64_t(fs::file_size(tmp / cluster.file));
+    summary.expert_bytes += cluster.bytes;
+    manifest.clusters.push_back(std::move(cluster));
+    on_cluster(int64_t(i + 1), std::ssize(plan.clusters));
+  }
+  manifest.save(tmp / kManifestFileName);
+
+  // dense.safetensors: every tensor of the checkpoint that is not a routed expert.
+  std::set<std::string, std::less<>> expert_names;
+  for (const TensorSpec& spec : arch_spec(c.arch).tensor_table(c))
+    if (spec.expert >= 0) expert_names.insert(spec.name);
+  std::vector<TensorToWrite> dense;
+  for (const TensorInfo* t : model.tensors().all()) {
+    if (expert_names.count(t->name)) continue;
+    dense.push_back({t->name, t->dtype, t->shape, std::span<const std::byte>(t->data, size_t(t->n_bytes))});
+    summary.dense_bytes += t->n_bytes;
+  }
+  write_safetensors(tmp / "dense.safetensors", dense, {{"format", "pt"}, {"chronos_pack_of", fingerprint}});
+
+  for (const char* name : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                           "chat_template.jinja", "special_tokens_map.json", "README.md"})
+    if (fs::exists(model_dir / name)) fs::copy_file(model_dir / name, tmp / name);
+  if (fs::is_directory(model_dir / "prompts")) fs::copy(model_dir / "prompts", tmp / "prompts", fs::copy_options::recursive);
+
+  // What inspect reports about the clustering.
+  nlohmann::json stats = {{"clusters", plan.clusters.size()},
+                          {"modularity", plan.modularity},
+                          {"intra_cluster_weight_share", plan.intra_cluster_weight_share},
+                          {"traced_tokens", summary.traced_tokens},
+                          {"method", method_name(options.method)},
+                          {"seed", options.seed}};
+  std::ofstream(tmp / "pack_stats.json") << stats.dump(2) << "\n";
+
+  fs::rename(tmp, out_dir);
+  guard.done = true;
+  summary.n_clusters = std::ssize(plan.clusters);
+  return summary;
+}
+
+}  // namespace chronos
