@@ -1,0 +1,222 @@
+// Expert streaming end to end: pack a fixture checkpoint, run it through the budgeted cache and
+// the prefetcher, and compare with the resident run; every failure mode gives a clear error.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "chronos/backend.h"
+#include "chronos/error.h"
+#include "chronos/expert_streamer.h"
+#include "chronos/generate.h"
+#include "chronos/pack.h"
+#include "chronos/pack_format.h"
+#include "chronos/thread_pool.h"
+#include "chronos/tokenizer.h"
+#include "chronos/trace.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fixture(const char* name) { return fs::path(CHRONOS_TEST_DATA_DIR) / "models" / name; }
+
+class Streaming : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    work_ = fs::temp_directory_path() /
+            ("chronos_stream_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+  }
+  void TearDown() override { fs::remove_all(work_); }
+
+  fs::path pack(const fs::path& model_dir, PackOptions options = {}) {
+    if (!options.traces) options.method = ClusterMethod::kNone;
+    const auto model = Model::load(model_dir);
+    const fs::path out = work_ / "pack";
+    write_pack(*model, model_dir, out, options, [](int64_t, int64_t) {});
+    return out;
+  }
+
+  // Greedy tokens of a fixed prompt, from the model folder as it is or through a streamer.
+  std::vector<int32_t> generate(const fs::path& dir, const StreamerOptions* streaming, StreamerStats* stats = nullptr,
+                                int64_t n = 24) {
+    auto model = Model::load(dir);
+    const Tokenizer tokenizer = Tokenizer::load(dir);
+    ThreadPool pool(2);
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<ExpertStreamer> streamer;
+    GenerateOptions options;
+    options.max_new_tokens = n;
+    options.ignore_eos = true;
+    if (streaming != nullptr) {
+      backend = make_cpu_backend();
+      streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, *streaming);
+      model->set_expert_provider(streamer.get());
+      options.on_step = [&](int64_t pos) { streamer->begin_step(pos); };
+    }
+    Generator generator(*model, tokenizer, pool, 128, 8);
+    const auto prompt = tokenizer.encode("The river keeps its own time, and the mill", true);
+    const GenerateStats result = generator.generate(prompt, options, [](std::string_view) { return true; });
+    if (stats != nullptr && streamer) *stats = streamer->stats();
+    return result.tokens;
+  }
+
+  int64_t expert_bytes(const fs::path& dir) { return Model::load(dir)->sizes().expert_bytes; }
+  int64_t slot_bytes(const fs::path& pack_dir) {
+    int64_t bytes = 0;
+    for (const auto& [key, e] : PackManifest::load(pack_dir).experts) bytes = std::max(bytes, e.bytes);
+    return bytes;
+  }
+
+  fs::path work_;
+  static inline int counter_ = 0;
+};
+
+TEST_P(Streaming, WaitModeIsTokenIdenticalAtEveryBudget) {
+  const fs::path dir = fixture(GetParam());
+  const auto resident = generate(dir, nullptr);
+  const fs::path packed = pack(dir);
+  const int64_t slot = slot_bytes(packed), all = expert_bytes(dir);
+  for (int64_t budget : {all * 2, all / 2, all / 4, slot * 3, slot}) {
+    StreamerOptions options;
+    options.budget_bytes = budget;
+    StreamerStats stats;
+    EXPECT_EQ(generate(packed, &options, &stats), resident) << "budget " << budget;
+    EXPECT_LE(stats.cache.peak_bytes, budget) << "the budget holds";
+    EXPECT_EQ(stats.fallbacks, 0);
+    EXPECT_GT(stats.prefetch.reads, 0);
+    if (budget < all) {
+      EXPECT_GT(stats.misses, 0);
+    }
+  }
+}
+
+TEST_P(Streaming, FallbackNeverWaitsAndCountsWhatItSkipped) {
+  const fs::path dir = fixture(GetParam());
+  const fs::path packed = pack(dir);
+  StreamerOptions options;
+  options.budget_bytes = slot_bytes(packed) * 4;
+  options.on_miss = OnMiss::kFallback;
+  options.prefetch.io_latency_ms = 5;  // every read arrives late
+  StreamerStats stats;
+  const auto tokens = generate(packed, &options, &stats);
+  EXPECT_EQ(tokens.size(), 24u);
+  EXPECT_EQ(stats.waits, 0);
+  EXPECT_EQ(stats.stall_seconds, 0.0);
+  EXPECT_GT(stats.fallbacks, 0);
+  EXPECT_EQ(stats.fallbacks, stats.lookups - stats.hits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Streaming, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32"));
+
+class StreamingErrors : public Streaming {};
+
+TEST_F(StreamingErrors, BudgetSmallerThanOneExpertIsRefused) {
+  const fs::path packed = pack(fixture("qwen2_moe-f32"));
+  StreamerOptions options;
+  options.budget_bytes = slot_bytes(packed) - 1;
+  try {
+    generate(packed, &options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("smaller than one expert"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StreamingErrors, FlippedByteIsCaughtAndNamed) {
+  const fs::path packed = pack(fixture("qwen2_moe-f32"));
+  const PackManifest manifest = PackManifest::load(packed);
+  const PackedExpert& victim = manifest.experts.begin()->second;
+  const std::string file = manifest.clusters[size_t(victim.cluster)].file;
+  {
+    std::fstream f(packed / file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(victim.up.offset + 5);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = char(byte ^ 0x10);
+    f.seekp(victim.up.offset + 5);
+    f.write(&byte, 1);
+  }
+  StreamerOptions options;
+  options.budget_bytes = int64_t(1) << 30;
+  // Route every token to the victim's layer until it is read: the whole model is read at 100%.
+  try {
+    for (int attempt = 0; attempt < 4; ++attempt) generate(packed, &options, nullptr, 64);
+    FAIL() << "the corrupted expert was never detected";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(file), std::string::npos) << message;
+    EXPECT_NE(message.find(fmt::format("layer {} expert {}", victim.key.layer, victim.key.expert)), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+  }
+}
+
+TEST_F(StreamingErrors, ReadErrorIsReportedNotComputed) {
+  const fs::path packed = pack(fixture("mixtral-f32"));
+  StreamerOptions options;
+  options.budget_bytes = int64_t(1) << 30;
+  options.prefetch.fault_injector = [](const ReadRequest&) { return EIO; };
+  try {
+    generate(packed, &options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Input/output error"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(".ctsr"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StreamingErrors, TruncatedClusterFileFailsAtLoad) {
+  const fs::path packed = pack(fixture("mixtral-f32"));
+  const fs::path cluster = packed / "cluster_000.ctsr";
+  fs::resize_file(cluster, fs::file_size(cluster) - 4096);
+  StreamerOptions options;
+  options.budget_bytes = int64_t(1) << 30;
+  EXPECT_THROW(generate(packed, &options), Error);
+}
+
+TEST_F(StreamingErrors, ManifestThatDisagreesWithTheModelIsRefused) {
+  const fs::path packed = pack(fixture("mixtral-f32"));
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(packed / "config.json"));
+  config["intermediate_size"] = 48;  // experts on disk are 32 wide
+  std::ofstream(packed / "config.json") << config.dump();
+  StreamerOptions options;
+  options.budget_bytes = int64_t(1) << 30;
+  try {
+    generate(packed, &options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster_manifest.json"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StreamingErrors, TracedClusteredPackIsTokenIdentical) {
+  const fs::path dir = fixture("qwen2_moe-f32");
+  auto model = Model::load(dir);
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  std::vector<PromptRecord> prompts = {{"a", "prose", "The river keeps its own time"},
+                                       {"b", "code", "int main() { return 0; }"},
+                                       {"c", "prose", "Le moulin tourne toujours"}};
+  TraceOptions trace_options;
+  trace_options.max_new_tokens = 12;
+  trace_options.prompts_per_file = 2;
+  ThreadPool pool(2);
+  const TraceProgress done = record_traces(*model, tokenizer, dir, prompts, work_ / "traces", trace_options, pool,
+                                           [](const TraceProgress&) {});
+  EXPECT_EQ(done.prompts_done, 3);
+  EXPECT_EQ(std::ssize(open_traces(work_ / "traces")), 2);
+  PackOptions options;
+  options.method = ClusterMethod::kLeiden;
+  options.traces = work_ / "traces";
+  const fs::path packed = pack(dir, options);
+  StreamerOptions streaming;
+  streaming.budget_bytes = slot_bytes(packed) * 5;
+  EXPECT_EQ(generate(packed, &streaming), generate(dir, nullptr));
+}
+
+}  // namespace
+}  // namespace chronos
