@@ -49,8 +49,10 @@ class ExpertStreamer final : public ExpertProvider {
   void release(int64_t layer, std::span<const int32_t> experts) override;
   size_t max_experts_per_acquire() const override;
 
-  // Decode step bookkeeping: expires protections and cancels stale prefetches.
-  void begin_step(int64_t step);
+  // Called before every forward step (prefill or decode): advances the streamer's own step
+  // counter, which keeps growing across requests, expires protections and cancels stale prefetches.
+  void begin_step();
+  int64_t step() const { return step_; }
   AsyncPrefetcher& prefetcher() { return *prefetcher_; }
   ExpertCache& cache() { return *cache_; }
   std::mutex& cache_mutex() { return mutex_; }

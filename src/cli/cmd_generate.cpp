@@ -137,7 +137,7 @@ int run_generate(const GenerateArgs& args) {
     backend = make_cpu_backend();
     streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
     model->set_expert_provider(streamer.get());
-    options.on_step = [&](int64_t pos) { streamer->begin_step(pos); };
+    options.on_step = [&](int64_t) { streamer->begin_step(); };
   } else if (args.expert_cache != "100%" || args.on_miss != "wait" || args.io_latency_ms != 0.0) {
     throw UsageError("--expert-cache, --on-miss and --io-latency-ms need a pack folder (chronos pack)");
   }

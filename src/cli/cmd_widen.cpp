@@ -31,10 +31,11 @@ int run_widen(const WidenArgs& args) {
   }
   const WidenResult result = widen_model(resolve_model_dir(args.model), args.out, options);
   if (terminal) std::fputc('\n', stderr);
-  std::fprintf(stderr, "widen: wrote %s: expert FFN %lld -> %lld, %lld of %lld tensors widened, %.2f GB in %lld file%s\n",
+  const double megabytes = double(result.total_bytes) / 1e6;
+  std::fprintf(stderr, "widen: wrote %s: expert FFN %lld -> %lld, %lld of %lld tensors widened, %.1f %s in %lld file%s\n",
                args.out.c_str(), (long long)result.old_expert_ffn, (long long)args.expert_ffn,
-               (long long)result.n_widened, (long long)result.n_tensors, double(result.total_bytes) / 1e9,
-               (long long)result.n_shards, result.n_shards == 1 ? "" : "s");
+               (long long)result.n_widened, (long long)result.n_tensors, megabytes >= 1000 ? megabytes / 1000 : megabytes,
+               megabytes >= 1000 ? "GB" : "MB", (long long)result.n_shards, result.n_shards == 1 ? "" : "s");
   return 0;
 }
 

@@ -20,6 +20,7 @@ Command register_inspect(CLI::App& app);
 Command register_widen(CLI::App& app);
 Command register_trace(CLI::App& app);
 Command register_pack(CLI::App& app);
+Command register_bench(CLI::App& app);
 
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);

@@ -34,9 +34,16 @@ class BookkeepingBackend final : public Backend {
 }  // namespace
 
 double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots, EvictionPolicy policy) {
+  return simulate_hit_rate(tokens, n_slots, policy, 0.0);
+}
+
+double simulate_hit_rate(const std::vector<std::vector<ExpertKey>>& tokens, int64_t n_slots, EvictionPolicy policy,
+                         double frequency_half_life) {
   if (n_slots <= 0) throw_error("cache simulation: {} slots, expected at least one", n_slots);
   BookkeepingBackend backend;
-  ExpertCache cache(backend, {.budget_bytes = n_slots, .slot_bytes = 1, .policy = policy});
+  ExpertCache cache(
+      backend,
+      {.budget_bytes = n_slots, .slot_bytes = 1, .policy = policy, .frequency_half_life = frequency_half_life});
   int64_t step = 0;
   for (const auto& token : tokens) {
     cache.advance_step(step++);

@@ -135,10 +135,11 @@ void ExpertStreamer::release(int64_t layer, std::span<const int32_t> experts) {
   }
 }
 
-void ExpertStreamer::begin_step(int64_t step) {
+void ExpertStreamer::begin_step() {
+  int64_t step;
   {
     std::lock_guard lock(mutex_);
-    step_ = step;
+    step = ++step_;
     cache_->advance_step(step);
   }
   prefetcher_->cancel_stale(step);

@@ -56,7 +56,7 @@ class Streaming : public ::testing::TestWithParam<const char*> {
       backend = make_cpu_backend();
       streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, *streaming);
       model->set_expert_provider(streamer.get());
-      options.on_step = [&](int64_t pos) { streamer->begin_step(pos); };
+      options.on_step = [&](int64_t) { streamer->begin_step(); };
     }
     Generator generator(*model, tokenizer, pool, 128, 8);
     const auto prompt = tokenizer.encode("The river keeps its own time, and the mill", true);

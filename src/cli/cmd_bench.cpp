@@ -1,0 +1,299 @@
+// chronos bench: many prompts through a pack under a sweep of expert-cache budgets, miss policies
+// and prefetch modes, side by side with the all-resident run; table on stderr, JSON and SVG files.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "chronos/backend.h"
+#include "chronos/budget.h"
+#include "chronos/error.h"
+#include "chronos/expert_streamer.h"
+#include "chronos/model.h"
+#include "chronos/svg_chart.h"
+#include "chronos/thread_pool.h"
+#include "chronos/tokenizer.h"
+#include "chronos/trace.h"
+#include "cli/commands.h"
+
+namespace chronos::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  std::string model, prompts, json, svg;
+  int64_t n_predict = 32;
+  int64_t limit = 8;
+  std::string caches = "100%";
+  std::string on_miss = "wait";
+  std::string prefetch = "none";
+  std::string latencies = "0";
+  int threads = 0;
+  int64_t ctx_size = 1024;
+  bool no_baseline = false;
+  bool force_pread = false;
+};
+
+struct Config {
+  std::string label;
+  std::string cache;  // budget text
+  OnMiss on_miss = OnMiss::kWait;
+  std::string prefetch = "none";
+  double latency_ms = 0;
+  bool resident = false;
+};
+
+struct Result {
+  Config config;
+  int64_t decode_steps = 0;
+  double decode_seconds = 0, ttft_seconds = 0;
+  std::vector<double> step_seconds;
+  StreamerStats stats;
+  int64_t budget_bytes = 0;
+  int64_t agree = 0, compared = 0;  // greedy agreement with the exact run
+  double kl_sum = 0;
+  bool identical = true;            // free-running tokens equal the exact run's
+};
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[size_t(std::min<double>(double(v.size() - 1), std::floor(q * double(v.size()))))];
+}
+
+// KL(p || q) of two logit vectors, in nats.
+double kl_divergence(const float* p_logits, const float* q_logits, int64_t n) {
+  auto log_softmax = [n](const float* x, std::vector<double>& out) {
+    const double mx = *std::max_element(x, x + n);
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - mx);
+    const double log_z = mx + std::log(sum);
+    out.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - log_z;
+  };
+  std::vector<double> lp, lq;
+  log_softmax(p_logits, lp);
+  log_softmax(q_logits, lq);
+  double kl = 0;
+  for (int64_t i = 0; i < n; ++i) kl += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
+  return std::max(0.0, kl);
+}
+
+int32_t argmax(const std::vector<float>& logits) {
+  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Reads every expert into the cache before timing (the all-resident baseline).
+void preload_all(ExpertStreamer& streamer) {
+  std::vector<FetchRequest> all;
+  for (const auto& [key, expert] : streamer.manifest().experts) all.push_back({key, FetchPriority::kIntent, 0});
+  streamer.prefetcher().enqueue(all);
+  for (;;) {
+    if (auto error = streamer.prefetcher().error()) std::rethrow_exception(error);
+    size_t ready = 0;
+    {
+      std::lock_guard lock(streamer.cache_mutex());
+      for (const auto& request : all) ready += streamer.cache().find(request.key).state == SlotState::kReady;
+    }
+    if (ready == all.size()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+int run_bench(const BenchArgs& args) {
+  if (args.n_predict < 1) throw UsageError("-n must be >= 1");
+  if (args.limit < 1) throw UsageError("--limit must be >= 1");
+  const auto dir = resolve_model_dir(args.model);
+  const auto prompts_all = read_prompts_jsonl(args.prompts);
+  auto model = Model::load(dir);
+  if (!model->experts_streamed()) throw_error("{}: chronos bench needs a pack folder (chronos pack)", dir.string());
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const ModelConfig& c = model->config();
+  const int64_t n_ctx = std::min(args.ctx_size, c.n_ctx_train);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < prompts_all.size() && std::ssize(prompts) < args.limit; ++i) {
+    auto ids = tokenizer.encode(prompts_all[i].text, true);
+    if (std::ssize(ids) + args.n_predict >= n_ctx) ids.resize(size_t(std::max<int64_t>(1, n_ctx - args.n_predict - 1)));
+    prompts.push_back(std::move(ids));
+  }
+
+  std::vector<Config> configs;
+  if (!args.no_baseline) configs.push_back({"all-resident", "100%", OnMiss::kWait, "none", 0, true});
+  for (const auto& cache : split(args.caches)) {
+    parse_budget(cache, model->sizes().expert_bytes, "--expert-cache");
+    for (const auto& miss : split(args.on_miss)) {
+      if (miss != "wait" && miss != "fallback") throw UsageError(fmt::format("--on-miss: '{}' is not wait or fallback", miss));
+      for (const auto& prefetch : split(args.prefetch)) {
+        if (prefetch != "none")
+          throw UsageError(fmt::format("--prefetch {}: only 'none' exists until the predictors land", prefetch));
+        for (const auto& latency : split(args.latencies)) {
+          Config cfg{"", cache, miss == "wait" ? OnMiss::kWait : OnMiss::kFallback, prefetch, std::stod(latency), false};
+          if (cfg.latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
+          cfg.label = fmt::format("cache {} {} prefetch {}{}", cache, miss, prefetch,
+                                  cfg.latency_ms > 0 ? fmt::format(" +{}ms", latency) : "");
+          configs.push_back(cfg);
+        }
+      }
+    }
+  }
+
+  int64_t resident_budget = 0;
+  {
+    const PackManifest manifest = PackManifest::load(dir);
+    int64_t slot = 0;
+    for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
+    resident_budget = slot * std::ssize(manifest.experts);
+  }
+  ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
+  KvCache kv(c, n_ctx);
+  auto scratch = model->make_scratch(32, n_ctx);
+  std::vector<float> logits(size_t(c.n_vocab));
+  std::vector<std::vector<int32_t>> exact_tokens(prompts.size());
+  std::vector<std::vector<float>> exact_logits(prompts.size());  // [n_predict * n_vocab] per prompt
+  const bool need_exact = std::any_of(configs.begin(), configs.end(), [](const Config& x) { return !x.resident; });
+  std::vector<Result> results;
+
+  for (const Config& cfg : configs) {
+    auto backend = make_cpu_backend();
+    StreamerOptions so;
+    so.budget_bytes = parse_budget(cfg.cache, model->sizes().expert_bytes, "--expert-cache");
+    so.on_miss = cfg.on_miss;
+    so.prefetch.io_latency_ms = cfg.latency_ms;
+    so.prefetch.force_pread = args.force_pread;
+    // The resident run gets room for every extent (slots are the largest extent each).
+    if (cfg.resident) so.budget_bytes = resident_budget;
+    ExpertStreamer streamer(*model, dir, *backend, so);
+    if (cfg.resident) preload_all(streamer);
+    model->set_expert_provider(&streamer);
+    Result r;
+    r.config = cfg;
+    r.budget_bytes = cfg.resident ? streamer.n_slots() * streamer.cache().slot_bytes() : so.budget_bytes;
+    const StreamerStats before = streamer.stats();
+    const bool teacher_forced = cfg.on_miss == OnMiss::kFallback && !exact_tokens[0].empty();
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      const auto& ids = prompts[p];
+      const bool record_exact = cfg.resident && need_exact;
+      if (record_exact) exact_logits[p].resize(size_t(args.n_predict * c.n_vocab));
+      auto start = Clock::now();
+      streamer.begin_step();
+      model->forward(ids, 0, kv, *scratch, pool, logits.data(), false);
+      int32_t token = argmax(logits);
+      r.ttft_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      std::vector<int32_t> produced = {token};
+      for (int64_t i = 0; i < args.n_predict; ++i) {
+        if (record_exact) std::copy(logits.begin(), logits.end(), exact_logits[p].begin() + i * c.n_vocab);
+        if (!cfg.resident && !exact_tokens[p].empty() && i < std::ssize(exact_tokens[p])) {
+          const int32_t expected = exact_tokens[p][size_t(i)];
+          r.agree += token == expected;
+          ++r.compared;
+          if (teacher_forced) {
+            r.kl_sum += kl_divergence(exact_logits[p].data() + i * c.n_vocab, logits.data(), c.n_vocab);
+            token = expected;  // follow the exact run so every step compares the same context
+          } else if (token != expected) {
+            r.identical = false;
+          }
+        }
+        if (i + 1 == args.n_predict) break;
+        const auto step_start = Clock::now();
+        const int64_t pos = std::ssize(ids) + i;
+        streamer.begin_step();
+        model->forward(std::span<const int32_t>(&token, 1), pos, kv, *scratch, pool, logits.data(), false);
+        token = argmax(logits);
+        produced.push_back(token);
+        const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
+        r.step_seconds.push_back(dt);
+        r.decode_seconds += dt;
+        ++r.decode_steps;
+      }
+      if (record_exact) exact_tokens[p] = produced;
+    }
+    model->set_expert_provider(nullptr);
+    r.stats = streamer.stats();
+    r.stats.stall_seconds -= before.stall_seconds;
+    r.stats.prefetch.bytes_read -= before.prefetch.bytes_read;
+    r.stats.prefetch.busy_seconds -= before.prefetch.busy_seconds;
+    results.push_back(std::move(r));
+  }
+
+  // Table on stderr.
+  fmt::print(stderr, "\nchronos bench: {} ({} prompts x {} tokens, {} threads, io {})\n", dir.string(), prompts.size(),
+             args.n_predict, pool.size(), args.force_pread ? "pread" : "io_uring");
+  fmt::print(stderr, "{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9}\n", "configuration",
+             "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "fallbk%", "read MiB", "read GB/s", "agree%",
+             "mean KL");
+  nlohmann::json out = nlohmann::json::array();
+  std::vector<std::string> labels;
+  BarSeries tps{"decode tokens/s", {}}, stall{"seconds the compute side waited on I/O", {}};
+  for (const Result& r : results) {
+    const double lookups = double(std::max<int64_t>(1, r.stats.lookups));
+    const double decode_tps = r.decode_seconds > 0 ? double(r.decode_steps) / r.decode_seconds : 0;
+    const double read_gbps = r.stats.prefetch.busy_seconds > 0 ? double(r.stats.prefetch.bytes_read) / r.stats.prefetch.busy_seconds / 1e9 : 0;
+    const double agree = r.compared > 0 ? 100.0 * double(r.agree) / double(r.compared) : 100.0;
+    const bool fallback = r.config.on_miss == OnMiss::kFallback;
+    const double mean_kl = fallback && r.compared > 0 ? r.kl_sum / double(r.compared) : 0.0;
+    fmt::print(stderr, "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7.1f} {:>9.4f}\n",
+               r.config.label, decode_tps, 1e3 * r.ttft_seconds / double(prompts.size()),
+               1e3 * percentile(r.step_seconds, 0.5), 1e3 * percentile(r.step_seconds, 0.99), r.stats.stall_seconds,
+               100.0 * double(r.stats.hits) / lookups, 100.0 * double(r.stats.fallbacks) / lookups,
+               double(r.stats.prefetch.bytes_read) / (1 << 20), read_gbps, agree, mean_kl);
+    labels.push_back(r.config.label);
+    tps.values.push_back(decode_tps);
+    stall.values.push_back(r.stats.stall_seconds);
+    out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.cache},
+                   {"budget_bytes", r.budget_bytes}, {"on_miss", fallback ? "fallback" : "wait"},
+                   {"prefetch", r.config.prefetch}, {"io_latency_ms", r.config.latency_ms},
+                   {"all_resident", r.config.resident}, {"decode_tokens_per_second", decode_tps},
+                   {"time_to_first_token_seconds", r.ttft_seconds / double(prompts.size())},
+                   {"token_latency_p50_seconds", percentile(r.step_seconds, 0.5)},
+                   {"token_latency_p99_seconds", percentile(r.step_seconds, 0.99)},
+                   {"stall_seconds", r.stats.stall_seconds}, {"lookups", r.stats.lookups}, {"hits", r.stats.hits},
+                   {"hits_loading", r.stats.hits_loading}, {"misses", r.stats.misses},
+                   {"fallbacks", r.stats.fallbacks}, {"bytes_read", r.stats.prefetch.bytes_read},
+                   {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
+                   {"greedy_agreement", agree / 100.0}, {"mean_kl", mean_kl},
+                   {"tokens_identical_to_exact", fallback ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
+    if (!fallback && !r.config.resident && !r.identical)
+      spdlog::error("{}: wait mode produced other tokens than the exact run", r.config.label);
+  }
+  if (!args.json.empty()) write_file_atomically(args.json, out.dump(2) + "\n");
+  if (!args.svg.empty())
+    write_file_atomically(args.svg, svg_bar_chart(fmt::format("chronos bench: {}", dir.filename().string()), labels, {tps, stall}));
+  return 0;
+}
+
+}  // namespace
+
+Command register_bench(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* sub = app.add_subcommand("bench", "Benchmark a pack over prompts and sweeps of cache budget, miss policy, prefetch");
+  sub->add_option("-m,--model", args->model, "Pack folder");
+  sub->add_option("--prompts", args->prompts, "Prompts (JSON lines with \"prompt\")")->required();
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens per prompt")->capture_default_str();
+  sub->add_option("--limit", args->limit, "Prompts to run")->capture_default_str();
+  sub->add_option("--expert-cache", args->caches, "Comma-separated budgets (25%,50%,2GiB)")->capture_default_str();
+  sub->add_option("--on-miss", args->on_miss, "Comma-separated: wait, fallback")->capture_default_str();
+  sub->add_option("--prefetch", args->prefetch, "Comma-separated prefetch modes")->capture_default_str();
+  sub->add_option("--io-latency-ms", args->latencies, "Comma-separated added read latencies")->capture_default_str();
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")->capture_default_str();
+  sub->add_option("--json", args->json, "Write the results as JSON");
+  sub->add_option("--svg", args->svg, "Write a comparison plot (SVG) of tokens/s and stall time");
+  sub->add_flag("--no-baseline", args->no_baseline, "Skip the all-resident run (no quality columns then)");
+  sub->add_flag("--pread", args->force_pread, "Read with pread threads instead of io_uring");
+  return Command{sub, [args] { return run_bench(*args); }};
+}
+
+}  // namespace chronos::cli

@@ -1,0 +1,113 @@
+// trace -> pack -> generate/bench/inspect on a pack folder, as a user runs them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_runner.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_chronos;
+using testing::RunResult;
+
+const fs::path kModel = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_moe-f32";
+
+class CliStorage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = fs::temp_directory_path() / ("chronos_cli_storage_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+    prompts_ = work_ / "prompts.jsonl";
+    std::ofstream(prompts_) << R"({"id": "a", "domain": "prose", "prompt": "The river keeps its own time"})" "\n"
+                            << R"({"id": "b", "domain": "code", "prompt": "int main() { return 0; }"})" "\n"
+                            << R"({"id": "c", "domain": "fr", "prompt": "Le moulin tourne"})" "\n";
+  }
+  void TearDown() override { fs::remove_all(work_); }
+  fs::path work_, prompts_;
+};
+
+TEST_F(CliStorage, TracePackGenerateBench) {
+  const auto traces = work_ / "traces", pack = work_ / "pack";
+  RunResult r = run_chronos({"trace", "-m", kModel.string(), "--prompts", prompts_.string(), "-n", "8", "-o",
+                             traces.string(), "--prompts-per-file", "2"}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(traces / "trace_00000.ctrace"));
+  EXPECT_TRUE(fs::exists(traces / "trace_00001.ctrace"));
+  // A rerun resumes: nothing is traced again.
+  r = run_chronos({"trace", "-m", kModel.string(), "--prompts", prompts_.string(), "-n", "8", "-o", traces.string(),
+                   "--prompts-per-file", "2"}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("2 files already present"), std::string::npos) << r.err;
+
+  r = run_chronos({"pack", "-m", kModel.string(), "--traces", traces.string(), "-o", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* f : {"dense.safetensors", "cluster_manifest.json", "config.json", "tokenizer.json"})
+    EXPECT_TRUE(fs::exists(pack / f)) << f;
+  EXPECT_FALSE(fs::exists(pack.string() + ".tmp"));
+
+  const std::string prompt = "The river keeps its own time, and the";
+  const RunResult from_checkpoint = run_chronos({"generate", "-m", kModel.string(), "-p", prompt, "-n", "24", "--ignore-eos"}, work_);
+  const RunResult from_pack = run_chronos({"generate", "-m", pack.string(), "-p", prompt, "-n", "24", "--ignore-eos",
+                                           "--expert-cache", "30%"}, work_);
+  ASSERT_EQ(from_pack.exit_code, 0) << from_pack.err;
+  EXPECT_EQ(from_pack.out, from_checkpoint.out);
+
+  const auto json = work_ / "bench.json", svg = work_ / "bench.svg";
+  r = run_chronos({"bench", "-m", pack.string(), "--prompts", prompts_.string(), "-n", "8", "--expert-cache", "50%,25%",
+                   "--on-miss", "wait,fallback", "--json", json.string(), "--svg", svg.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(testing::slurp(json));
+  ASSERT_EQ(rows.size(), 5u);  // all-resident + 2 budgets x 2 policies
+  for (const auto& row : rows) {
+    if (row["on_miss"] == "wait") {
+      EXPECT_EQ(row["greedy_agreement"], 1.0) << row.dump();
+      EXPECT_LE(row["peak_cache_bytes"].get<int64_t>(), row["budget_bytes"].get<int64_t>());
+    } else {
+      EXPECT_EQ(row["stall_seconds"], 0.0);
+    }
+  }
+  EXPECT_NE(testing::slurp(svg).find("<svg"), std::string::npos);
+
+  r = run_chronos({"inspect", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("clusters"), std::string::npos) << r.out;
+}
+
+TEST_F(CliStorage, BadInputIsOneLine) {
+  const auto pack = work_ / "pack";
+  RunResult r = run_chronos({"pack", "-m", kModel.string(), "-o", pack.string()}, work_);  // leiden without traces
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--traces"), std::string::npos) << r.err;
+  r = run_chronos({"pack", "-m", kModel.string(), "--cluster", "none", "-o", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"pack", "-m", kModel.string(), "--cluster", "none", "-o", pack.string()}, work_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos) << r.err;
+  r = run_chronos({"generate", "-m", pack.string(), "-p", "hi", "--expert-cache", "0.001%"}, work_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("smaller than one expert"), std::string::npos) << r.err;
+  r = run_chronos({"generate", "-m", pack.string(), "-p", "hi", "--expert-cache", "lots"}, work_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--expert-cache"), std::string::npos) << r.err;
+  r = run_chronos({"generate", "-m", pack.string(), "-p", "hi", "--on-miss", "sometimes"}, work_);
+  EXPECT_EQ(r.exit_code, 2);
+  r = run_chronos({"generate", "-m", kModel.string(), "-p", "hi", "--expert-cache", "50%"}, work_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("pack folder"), std::string::npos) << r.err;
+  r = run_chronos({"bench", "-m", kModel.string(), "--prompts", prompts_.string()}, work_);
+  EXPECT_EQ(r.exit_code, 1);
+  r = run_chronos({"trace", "-m", kModel.string(), "--prompts", (work_ / "none.jsonl").string(), "-o",
+                   (work_ / "t").string()}, work_);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("none.jsonl"), std::string::npos) << r.err;
+  for (const RunResult* x : {&r}) EXPECT_EQ(x->err_lines().size(), 1u) << x->err;
+}
+
+}  // namespace
+}  // namespace chronos
