@@ -3,6 +3,10 @@
 
 #include "chronos/error.h"
 #include "chronos/model.h"
+#include "chronos/pack_format.h"
+
+#include <algorithm>
+#include <fstream>
 #include "cli/commands.h"
 
 namespace chronos::cli {
@@ -31,6 +35,42 @@ std::string human_count(int64_t n) {
   return fmt::format("{:.1f} K", double(n) / 1e3);
 }
 
+struct PackSummaryView {
+  int64_t clusters = 0, experts = 0, min_bytes = 0, max_bytes = 0, median_bytes = 0, traced_tokens = 0;
+  std::string method;
+  bool have_stats = false;
+  double modularity = 0, intra_share = 0;
+};
+
+PackSummaryView summarize_pack(const std::filesystem::path& dir) {
+  const PackManifest m = PackManifest::load(dir);
+  PackSummaryView v;
+  v.clusters = std::ssize(m.clusters);
+  v.experts = std::ssize(m.experts);
+  v.method = m.clustering_method;
+  std::vector<int64_t> sizes;
+  for (const auto& c : m.clusters) sizes.push_back(c.bytes);
+  std::sort(sizes.begin(), sizes.end());
+  if (!sizes.empty()) {
+    v.min_bytes = sizes.front();
+    v.max_bytes = sizes.back();
+    v.median_bytes = sizes[sizes.size() / 2];
+  }
+  std::ifstream in(dir / "pack_stats.json");
+  if (in) {
+    try {
+      const auto j = nlohmann::json::parse(in);
+      v.modularity = j.value("modularity", 0.0);
+      v.intra_share = j.value("intra_cluster_weight_share", 0.0);
+      v.traced_tokens = j.value("traced_tokens", int64_t{0});
+      v.have_stats = true;
+    } catch (const nlohmann::json::exception&) {
+      v.have_stats = false;  // informational only
+    }
+  }
+  return v;
+}
+
 int run_inspect(const InspectArgs& args) {
   if (!args.model.empty() && !args.positional.empty()) throw UsageError("give the model folder once (-m or positional)");
   const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
@@ -51,6 +91,13 @@ int run_inspect(const InspectArgs& args) {
         {"dense_bytes", s.dense_bytes}, {"expert_params", s.expert_params}, {"expert_bytes", s.expert_bytes},
         {"bytes_per_expert", s.bytes_per_expert}, {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
     };
+    if (model->experts_streamed()) {
+      const PackSummaryView v = summarize_pack(dir);
+      j["pack"] = {{"clusters", v.clusters}, {"experts", v.experts}, {"method", v.method},
+                   {"cluster_bytes_min", v.min_bytes}, {"cluster_bytes_median", v.median_bytes},
+                   {"cluster_bytes_max", v.max_bytes}, {"modularity", v.modularity},
+                   {"intra_cluster_weight_share", v.intra_share}, {"traced_tokens", v.traced_tokens}};
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -68,6 +115,14 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("dense            {} params, {}\n", s.dense_params, human_bytes(s.dense_bytes));
   fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),
              human_bytes(s.bytes_per_expert), dtype_name(s.expert_dtype));
+  if (model->experts_streamed()) {
+    const PackSummaryView v = summarize_pack(dir);
+    fmt::print("pack             {} clusters ({}), {} experts; cluster files {} .. {} (median {})\n", v.clusters,
+               v.method, v.experts, human_bytes(v.min_bytes), human_bytes(v.max_bytes), human_bytes(v.median_bytes));
+    if (v.have_stats)
+      fmt::print("co-activation    modularity {:.3f}, {:.1f}% of co-activation weight inside clusters ({} traced tokens)\n",
+                 v.modularity, 100.0 * v.intra_share, v.traced_tokens);
+  }
   return 0;
 }
 
