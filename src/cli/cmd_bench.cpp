@@ -33,6 +33,7 @@ struct BenchArgs {
   std::string on_miss = "wait";
   std::string prefetch = "none";
   std::string latencies = "0";
+  std::string evictions = "lru-freq";
   int threads = 0;
   int64_t ctx_size = 1024;
   bool no_baseline = false;
@@ -46,6 +47,7 @@ struct Config {
   std::string prefetch = "none";
   double latency_ms = 0;
   bool resident = false;
+  EvictionPolicy eviction = EvictionPolicy::kLruFrequency;
 };
 
 struct Result {
@@ -66,6 +68,12 @@ std::vector<std::string> split(const std::string& text) {
   for (std::string part; std::getline(in, part, ',');)
     if (!part.empty()) parts.push_back(part);
   return parts;
+}
+
+EvictionPolicy parse_eviction(const std::string& text) {
+  if (text == "lru") return EvictionPolicy::kLru;
+  if (text == "lru-freq") return EvictionPolicy::kLruFrequency;
+  throw UsageError(fmt::format("--eviction: '{}' is not lru or lru-freq", text));
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -140,11 +148,20 @@ int run_bench(const BenchArgs& args) {
         if (prefetch != "none")
           throw UsageError(fmt::format("--prefetch {}: only 'none' exists until the predictors land", prefetch));
         for (const auto& latency : split(args.latencies)) {
-          Config cfg{"", cache, miss == "wait" ? OnMiss::kWait : OnMiss::kFallback, prefetch, std::stod(latency), false};
-          if (cfg.latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
-          cfg.label = fmt::format("cache {} {} prefetch {}{}", cache, miss, prefetch,
-                                  cfg.latency_ms > 0 ? fmt::format(" +{}ms", latency) : "");
-          configs.push_back(cfg);
+          for (const auto& eviction : split(args.evictions)) {
+            Config cfg{"", cache, miss == "wait" ? OnMiss::kWait : OnMiss::kFallback, prefetch, 0.0, false,
+                       parse_eviction(eviction)};
+            try {
+              cfg.latency_ms = std::stod(latency);
+            } catch (const std::exception&) {
+              throw UsageError(fmt::format("--io-latency-ms: '{}' is not a number", latency));
+            }
+            if (cfg.latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
+            cfg.label = fmt::format("cache {} {} prefetch {}{}{}", cache, miss, prefetch,
+                                    cfg.latency_ms > 0 ? fmt::format(" +{}ms", latency) : "",
+                                    split(args.evictions).size() > 1 ? " " + eviction : "");
+            configs.push_back(cfg);
+          }
         }
       }
     }
@@ -173,6 +190,7 @@ int run_bench(const BenchArgs& args) {
     so.on_miss = cfg.on_miss;
     so.prefetch.io_latency_ms = cfg.latency_ms;
     so.prefetch.force_pread = args.force_pread;
+    so.policy = cfg.eviction;
     // The resident run gets room for every extent (slots are the largest extent each).
     if (cfg.resident) so.budget_bytes = resident_budget;
     ExpertStreamer streamer(*model, dir, *backend, so);
@@ -255,6 +273,7 @@ int run_bench(const BenchArgs& args) {
     out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.cache},
                    {"budget_bytes", r.budget_bytes}, {"on_miss", fallback ? "fallback" : "wait"},
                    {"prefetch", r.config.prefetch}, {"io_latency_ms", r.config.latency_ms},
+                   {"eviction", r.config.eviction == EvictionPolicy::kLru ? "lru" : "lru-freq"},
                    {"all_resident", r.config.resident}, {"decode_tokens_per_second", decode_tps},
                    {"time_to_first_token_seconds", r.ttft_seconds / double(prompts.size())},
                    {"token_latency_p50_seconds", percentile(r.step_seconds, 0.5)},
@@ -287,6 +306,7 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--on-miss", args->on_miss, "Comma-separated: wait, fallback")->capture_default_str();
   sub->add_option("--prefetch", args->prefetch, "Comma-separated prefetch modes")->capture_default_str();
   sub->add_option("--io-latency-ms", args->latencies, "Comma-separated added read latencies")->capture_default_str();
+  sub->add_option("--eviction", args->evictions, "Comma-separated: lru, lru-freq")->capture_default_str();
   sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")->capture_default_str();
   sub->add_option("--json", args->json, "Write the results as JSON");
