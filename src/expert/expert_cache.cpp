@@ -24,7 +24,7 @@ ExpertCache::ExpertCache(Backend& backend, const Options& options)
     throw_error("expert cache frequency half-life {} must be non-negative", options.frequency_half_life);
   }
   const int64_t n = budget_bytes_ / slot_bytes_;
-  half_life_ = options.frequency_half_life > 0 ? options.frequency_half_life : 4.0 * double(n);
+  half_life_ = options.frequency_half_life > 0 ? options.frequency_half_life : double(n);
   slots_.resize(size_t(n));
   try {
     for (auto& slot : slots_) {

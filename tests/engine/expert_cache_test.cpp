@@ -341,11 +341,14 @@ TEST(ExpertCache, RandomOperationsKeepEveryInvariantLruFrequency) {
   run_random_operations(EvictionPolicy::kLruFrequency, 2);
 }
 
-// Per-token sets shaped like MoE routing: for each of n_layers, k distinct experts drawn from a
-// Zipf(s) popularity over n_expert (a different popularity order per layer).
-std::vector<std::vector<ExpertKey>> zipf_tokens(int n_tokens, int n_layers, int n_expert, int k, double s,
+// Per-token sets shaped like MoE routing: for each of n_layers, k distinct experts. Each of the
+// previous token's experts in that layer is kept with probability `keep` (consecutive tokens
+// share experts); the rest are drawn from a Zipf(s) popularity over n_expert, a different
+// popularity order per layer.
+std::vector<std::vector<ExpertKey>> zipf_tokens(int n_tokens, int n_layers, int n_expert, int k, double s, double keep,
                                                 uint64_t seed) {
   std::mt19937_64 rng(seed);
+  auto uniform = [&] { return double(rng() >> 11) * 0x1.0p-53; };
   std::vector<double> cdf(static_cast<size_t>(n_expert));
   double total = 0;
   for (int r = 0; r < n_expert; ++r) cdf[size_t(r)] = (total += 1.0 / std::pow(r + 1, s));
@@ -355,28 +358,45 @@ std::vector<std::vector<ExpertKey>> zipf_tokens(int n_tokens, int n_layers, int 
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
   }
+  std::vector<std::set<int32_t>> previous(static_cast<size_t>(n_layers));
   std::vector<std::vector<ExpertKey>> tokens(static_cast<size_t>(n_tokens));
   for (auto& token : tokens) {
     for (int layer = 0; layer < n_layers; ++layer) {
       std::set<int32_t> chosen;
+      for (const int32_t e : previous[size_t(layer)]) {
+        if (uniform() < keep) chosen.insert(e);
+      }
       while (int(chosen.size()) < k) {
-        const double u = double(rng() >> 11) * 0x1.0p-53 * total;
-        const auto rank = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+        const auto rank = std::lower_bound(cdf.begin(), cdf.end(), uniform() * total) - cdf.begin();
         chosen.insert(rank_to_expert[size_t(layer)][size_t(rank)]);
       }
       for (const int32_t e : chosen) token.push_back({layer, e});
+      previous[size_t(layer)] = std::move(chosen);
     }
   }
   return tokens;
 }
 
 TEST(CacheSimulation, FrequencyAwareBeatsLruOnSkewedReuse) {
-  // 8 layers x 64 experts, top-4, Zipf 1.0; the cache holds a quarter of all experts.
-  const auto tokens = zipf_tokens(3000, 8, 64, 4, 1.0, 7);
-  const double lru = simulate_hit_rate(tokens, 128, EvictionPolicy::kLru);
-  const double lrfu = simulate_hit_rate(tokens, 128, EvictionPolicy::kLruFrequency);
-  EXPECT_GT(lru, 0.3);  // a sane replay: skew gives LRU hits too
+  // 8 layers x 64 experts, top-4, Zipf 1.0 drawn independently per token; the cache holds a
+  // tenth of all experts.
+  const auto tokens = zipf_tokens(3000, 8, 64, 4, 1.0, 0.0, 7);
+  const double lru = simulate_hit_rate(tokens, 51, EvictionPolicy::kLru);
+  const double lrfu = simulate_hit_rate(tokens, 51, EvictionPolicy::kLruFrequency);
+  EXPECT_GT(lru, 0.1);  // a sane replay: skew gives LRU hits too
   EXPECT_GT(lrfu, lru + 0.05) << "lru " << lru << " lru-frequency " << lrfu;
+  // A longer half-life approaches LFU, which is what independent draws reward.
+  EXPECT_GT(simulate_hit_rate(tokens, 51, EvictionPolicy::kLruFrequency, 16 * 51), lrfu + 0.05);
+}
+
+TEST(CacheSimulation, FrequencyAwareHoldsUpWhenConsecutiveTokensShareExperts) {
+  // Each expert of the previous token is kept with probability 0.4: recency matters, and the
+  // default half-life must not fall below LRU (a 16x longer one does).
+  const auto tokens = zipf_tokens(3000, 8, 64, 4, 0.8, 0.4, 8);
+  const double lru = simulate_hit_rate(tokens, 51, EvictionPolicy::kLru);
+  const double lrfu = simulate_hit_rate(tokens, 51, EvictionPolicy::kLruFrequency);
+  EXPECT_GE(lrfu, lru - 0.005) << "lru " << lru << " lru-frequency " << lrfu;
+  EXPECT_LT(simulate_hit_rate(tokens, 51, EvictionPolicy::kLruFrequency, 16 * 51), lru - 0.05);
 }
 
 TEST(CacheSimulation, CycleLongerThanTheCacheNeverHits) {
