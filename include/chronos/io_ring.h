@@ -1,6 +1,7 @@
 // DirectFile (O_DIRECT file handle) and IoRing (batched asynchronous reads: io_uring, pread fallback).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -46,21 +47,41 @@ class DirectFile {
   bool direct_ = false;
 };
 
+// One destination piece of a vectored read.
+struct ReadSegment {
+  void* dst = nullptr;  // 4096-aligned for O_DIRECT
+  int64_t bytes = 0;    // > 0; a multiple of 4096 for O_DIRECT files, except the last at EOF
+};
+
 struct ReadRequest {
   int fd = -1;          // from DirectFile
   int64_t offset = 0;   // file offset; multiple of 4096 for O_DIRECT files
   int64_t bytes = 0;    // multiple of 4096 for O_DIRECT files, except a read that ends at EOF
-  void* dst = nullptr;  // 4096-aligned for O_DIRECT
+  void* dst = nullptr;  // 4096-aligned for O_DIRECT; nullptr when the request has segments
   uint64_t user_data = 0;
+
+  // Vectored read (preadv / IORING_OP_READV): when n_segments > 0, the file bytes
+  // [offset, offset + bytes) land in segments[0], then segments[1], ..., and `bytes` is the sum of
+  // their lengths (add_segment keeps it so). The segments live inside the request, so the ring
+  // copies them with it and the caller has nothing else to keep alive. n_segments == 0 is the
+  // single-buffer read into `dst`.
+  static constexpr int kMaxSegments = 8;
+  std::array<ReadSegment, kMaxSegments> segments{};
+  int n_segments = 0;
+
+  // Appends a segment and grows `bytes` by its length. CHRONOS_CHECKs the segment count and that
+  // `dst` is not also set.
+  void add_segment(void* segment_dst, int64_t segment_bytes);
 };
 // A read that ends at EOF of an O_DIRECT file may ask for a length that is not a multiple of 4096:
 // the kernel only transfers whole blocks, so the ring asks for DirectFile::align_up(bytes) and `dst`
-// must have room for that many bytes (staging buffers are whole pages anyway). The completion still
-// reports at most `bytes`.
+// (or the last segment) must have room for that many bytes (staging buffers are whole pages
+// anyway). The completion still reports at most `bytes`.
 
 struct ReadCompletion {
   uint64_t user_data = 0;
-  int64_t bytes = 0;  // bytes read (== request bytes unless EOF came first)
+  int64_t bytes = 0;  // bytes read (== request bytes unless EOF came first); for a vectored read,
+                      // the segments are filled in order, so this is where the data stopped
   int error = 0;      // 0, or the errno of the failed read (EIO, ...)
 };
 
@@ -106,8 +127,8 @@ class IoRing {
 
   // Queues reads and submits them in one batch (no syscall per request). More requests than free
   // queue entries wait in an internal queue and are issued as entries free up (during reap()).
-  // Short reads are resubmitted for the rest automatically; only a full read, EOF or an error
-  // completes.
+  // Short reads are resubmitted for the rest automatically (a vectored read resumes inside the
+  // segment where it stopped); only a full read, EOF or an error completes, once per request.
   virtual void submit(std::span<const ReadRequest> requests) = 0;
 
   // Appends finished reads to `out`. Blocks until at least min_complete have finished or the

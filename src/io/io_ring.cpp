@@ -9,6 +9,13 @@ namespace chronos {
 
 IoRing::~IoRing() = default;
 
+void ReadRequest::add_segment(void* segment_dst, int64_t segment_bytes) {
+  CHRONOS_CHECK_MSG(n_segments < kMaxSegments && dst == nullptr, "read request: no room for segment {} (dst {})",
+                    n_segments, dst);
+  segments[size_t(n_segments++)] = {segment_dst, segment_bytes};
+  bytes += segment_bytes;
+}
+
 std::unique_ptr<IoRing> IoRing::create(const Options& options) {
   if (!options.force_pread) {
     if (auto ring = make_uring_ring(options)) return ring;

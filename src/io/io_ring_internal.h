@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/uio.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,13 +34,57 @@ struct ReadState {
     return direct == 1;
   }
   int64_t remaining() const { return request.bytes - done; }
-  char* cursor() const { return static_cast<char*>(request.dst) + done; }
   int64_t file_offset() const { return request.offset + done; }
 };
 
 inline void check_request(const ReadRequest& r) {
-  CHRONOS_CHECK_MSG(r.bytes >= 0 && r.offset >= 0 && (r.dst != nullptr || r.bytes == 0),
-                    "bad read request: fd {} offset {} bytes {}", r.fd, r.offset, r.bytes);
+  CHRONOS_CHECK_MSG(r.bytes >= 0 && r.offset >= 0, "bad read request: fd {} offset {} bytes {}", r.fd, r.offset,
+                    r.bytes);
+  if (r.n_segments == 0) {
+    CHRONOS_CHECK_MSG(r.dst != nullptr || r.bytes == 0, "read request without a buffer: fd {} offset {} bytes {}", r.fd,
+                      r.offset, r.bytes);
+    return;
+  }
+  CHRONOS_CHECK_MSG(r.n_segments <= ReadRequest::kMaxSegments && r.dst == nullptr,
+                    "bad vectored read request: {} segments, dst {}", r.n_segments, r.dst);
+  int64_t sum = 0;
+  for (int i = 0; i < r.n_segments; ++i) {
+    const ReadSegment& segment = r.segments[size_t(i)];
+    CHRONOS_CHECK_MSG(segment.dst != nullptr && segment.bytes > 0, "bad read segment {}: dst {} bytes {}", i,
+                      segment.dst, segment.bytes);
+    sum += segment.bytes;
+  }
+  CHRONOS_CHECK_MSG(sum == r.bytes, "vectored read request: segments hold {} bytes, the request {}", sum, r.bytes);
+}
+
+// The memory the next read syscall of `length` bytes fills, from state.done on: one iovec for a
+// single-buffer request, up to kMaxSegments for a vectored one (starting inside the segment where
+// the last short read stopped). A length past the request's end (an O_DIRECT read rounded up to
+// its last block at EOF) goes into the last piece, which the contract says has room for it.
+// Returns the number of iovecs written to `out`.
+inline int next_iovecs(const ReadState& state, int64_t length, iovec* out) {
+  const ReadRequest& r = state.request;
+  if (r.n_segments == 0) {
+    out[0] = {static_cast<char*>(r.dst) + state.done, size_t(length)};
+    return 1;
+  }
+  int n = 0;
+  int64_t skip = state.done;  // bytes of the segments already filled
+  int64_t left = length;
+  for (int i = 0; i < r.n_segments && left > 0; ++i) {
+    const ReadSegment& segment = r.segments[size_t(i)];
+    if (skip >= segment.bytes) {
+      skip -= segment.bytes;
+      continue;
+    }
+    const int64_t piece = std::min(segment.bytes - skip, left);
+    out[n++] = {static_cast<char*>(segment.dst) + skip, size_t(piece)};
+    left -= piece;
+    skip = 0;
+  }
+  CHRONOS_CHECK_MSG(n > 0, "read of {} bytes past the end of its segments", length);
+  out[n - 1].iov_len += size_t(left);
+  return n;
 }
 
 // Length of the next read syscall for `state`. An O_DIRECT read that ends at EOF with an unaligned

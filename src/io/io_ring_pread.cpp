@@ -1,4 +1,5 @@
 // The pread backend of IoRing: a FIFO served by a few worker threads, for kernels without io_uring.
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -90,12 +91,17 @@ class PreadRing final : public IoRing {
     }
   }
 
-  // pread until the request is full, at EOF, or failed; short reads continue where they stopped.
+  // pread (preadv for several segments) until the request is full, at EOF, or failed; short reads
+  // continue where they stopped.
   ReadCompletion read_fully(const ReadRequest& request) const {
     ReadState state{request};
     while (state.remaining() > 0) {
       const int64_t length = next_read_length(state, options_.max_bytes_per_read);
-      const ssize_t n = ::pread(request.fd, state.cursor(), size_t(length), off_t(state.file_offset()));
+      iovec pieces[ReadRequest::kMaxSegments];
+      const int n_pieces = next_iovecs(state, length, pieces);
+      const ssize_t n = n_pieces == 1
+                            ? ::pread(request.fd, pieces[0].iov_base, pieces[0].iov_len, off_t(state.file_offset()))
+                            : ::preadv(request.fd, pieces, n_pieces, off_t(state.file_offset()));
       if (n < 0) {
         if (is_transient(errno)) continue;
         return {request.user_data, state.done, errno};

@@ -1,8 +1,9 @@
-// The io_uring backend of IoRing: a slot per SQ entry, a FIFO for the overflow, fixed buffers.
+// The io_uring backend of IoRing: a slot per SQ entry, a FIFO for the overflow, fixed buffers, READV.
 #include <liburing.h>
 #include <spdlog/spdlog.h>
 #include <sys/uio.h>
 
+#include <array>
 #include <cstring>
 
 #include "io/io_ring_internal.h"
@@ -17,6 +18,7 @@ class UringRing final : public IoRing {
   // Takes over a ring that io_uring_queue_init has set up.
   UringRing(const Options& options, const io_uring& ring) : options_(options), ring_(ring) {
     slots_.resize(options.queue_depth);
+    slot_iovecs_.resize(options.queue_depth);
     free_slots_.reserve(options.queue_depth);
     for (unsigned i = options.queue_depth; i-- > 0;) free_slots_.push_back(i);
     to_issue_.reserve(options.queue_depth);
@@ -171,12 +173,17 @@ class UringRing final : public IoRing {
   void prepare(io_uring_sqe* sqe, unsigned slot) {
     ReadState& state = slots_[slot];
     const int64_t length = next_read_length(state, options_.max_bytes_per_read);
-    const int buffer_index = registered_index(state.cursor(), length);
-    if (buffer_index >= 0) {
-      io_uring_prep_read_fixed(sqe, state.request.fd, state.cursor(), unsigned(length), uint64_t(state.file_offset()),
-                               buffer_index);
+    // The kernel may read the iovecs after submit on older kernels: they live in the slot.
+    iovec* pieces = slot_iovecs_[slot].data();
+    const int n_pieces = next_iovecs(state, length, pieces);
+    const uint64_t offset = uint64_t(state.file_offset());
+    if (n_pieces > 1) {
+      io_uring_prep_readv(sqe, state.request.fd, pieces, unsigned(n_pieces), offset);
+    } else if (const int buffer_index = registered_index(static_cast<const char*>(pieces[0].iov_base), length);
+               buffer_index >= 0) {
+      io_uring_prep_read_fixed(sqe, state.request.fd, pieces[0].iov_base, unsigned(length), offset, buffer_index);
     } else {
-      io_uring_prep_read(sqe, state.request.fd, state.cursor(), unsigned(length), uint64_t(state.file_offset()));
+      io_uring_prep_read(sqe, state.request.fd, pieces[0].iov_base, unsigned(length), offset);
     }
     io_uring_sqe_set_data64(sqe, slot);
   }
@@ -226,6 +233,7 @@ class UringRing final : public IoRing {
   const Options options_;
   io_uring ring_;
   std::vector<ReadState> slots_;       // [queue_depth] the reads the ring holds, by SQE user_data
+  std::vector<std::array<iovec, ReadRequest::kMaxSegments>> slot_iovecs_;  // [queue_depth] current pieces
   std::vector<unsigned> free_slots_;   // slots not holding a read
   std::vector<unsigned> to_issue_;     // slots whose next read still needs an SQE
   Fifo<ReadState> pending_;            // requests waiting for a free slot
@@ -248,7 +256,8 @@ std::unique_ptr<IoRing> IoRing::make_uring_ring(const Options& options) {
   }
   io_uring_probe* probe = io_uring_get_probe_ring(&ring);
   const bool has_read = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ) &&
-                        io_uring_opcode_supported(probe, IORING_OP_READ_FIXED);
+                        io_uring_opcode_supported(probe, IORING_OP_READ_FIXED) &&
+                        io_uring_opcode_supported(probe, IORING_OP_READV);
   if (probe != nullptr) io_uring_free_probe(probe);
   if (!has_read) {
     spdlog::info("io_uring: this kernel has no IORING_OP_READ (needs Linux 5.6)");

@@ -315,6 +315,185 @@ TEST_P(IoRingTest, BufferedFilesReadToEof) {
   EXPECT_EQ(std::string(a.data.get(), expected.size()), expected);
 }
 
+// A vectored request over `pages` (page counts per segment) from `offset`, each segment its own
+// buffer; `last_bytes` > 0 replaces the last segment's length (a read that ends at EOF).
+struct VectoredRead {
+  ReadRequest request;
+  std::vector<AlignedBytes> buffers;
+
+  VectoredRead(int fd, int64_t offset, const std::vector<int64_t>& pages, uint64_t user_data, int64_t last_bytes = 0) {
+    request.fd = fd;
+    request.offset = offset;
+    request.user_data = user_data;
+    buffers.reserve(pages.size());
+    for (size_t i = 0; i < pages.size(); ++i) {
+      const int64_t bytes = i + 1 == pages.size() && last_bytes > 0 ? last_bytes : pages[i] * kPage;
+      buffers.emplace_back(bytes);
+      request.add_segment(buffers.back().data.get(), bytes);
+    }
+  }
+};
+
+// Checks a vectored completion: `expected` bytes from the request's offset, spread over its
+// segments in order (a segment past `expected` is not looked at).
+void expect_vectored(const ReadCompletion& c, const ReadRequest& r, int64_t expected, const std::string& file) {
+  ASSERT_EQ(c.error, 0) << "user_data " << c.user_data << ": " << std::strerror(c.error);
+  ASSERT_EQ(c.bytes, expected) << "user_data " << c.user_data;
+  int64_t at = 0;
+  for (int i = 0; i < r.n_segments && at < expected; ++i) {
+    const ReadSegment& segment = r.segments[size_t(i)];
+    const int64_t n = std::min(segment.bytes, expected - at);
+    ASSERT_EQ(std::memcmp(segment.dst, file.data() + r.offset + at, size_t(n)), 0)
+        << "user_data " << c.user_data << " segment " << i << " of " << r.n_segments;
+    at += n;
+  }
+}
+
+TEST(ReadRequestTest, AddSegmentSumsTheBytes) {
+  ReadRequest request;
+  char a[16], b[16];
+  request.add_segment(a, 16);
+  request.add_segment(b, 8);
+  EXPECT_EQ(request.n_segments, 2);
+  EXPECT_EQ(request.bytes, 24);
+  EXPECT_EQ(request.segments[1].dst, static_cast<void*>(b));
+  EXPECT_EQ(request.dst, nullptr);
+}
+
+TEST_P(IoRingTest, RandomVectoredReadsMatchTheFile) {
+  const DirectFile file = DirectFile::open(path_);
+  IoRing::Options options;
+  options.queue_depth = 8;  // most requests wait in the internal queue, segments and all
+  auto ring = make_ring(options);
+  SKIP_IF_NO_RING(ring);
+
+  constexpr int kReads = 300;
+  const int64_t n_pages = DirectFile::align_up(kFileBytes) / kPage;
+  std::mt19937_64 rng(11);
+  std::vector<VectoredRead> reads;
+  std::vector<AlignedBytes> plain_buffers;  // every fourth request is a plain single-buffer read
+  std::vector<ReadRequest> requests;
+  reads.reserve(kReads);
+  for (int i = 0; i < kReads; ++i) {
+    const int64_t offset = int64_t(rng() % uint64_t(n_pages)) * kPage;
+    if (i % 4 == 3) {
+      const int64_t bytes = std::min<int64_t>(int64_t(1 + rng() % 16) * kPage, kFileBytes - offset);
+      plain_buffers.emplace_back(bytes);
+      requests.push_back({file.fd(), offset, bytes, plain_buffers.back().data.get(), uint64_t(i)});
+      continue;
+    }
+    std::vector<int64_t> pages(1 + rng() % uint64_t(ReadRequest::kMaxSegments));
+    for (int64_t& p : pages) p = 1 + int64_t(rng() % 6);
+    // Reads that run past EOF stop there, in whichever segment holds it.
+    reads.emplace_back(file.fd(), offset, pages, uint64_t(i));
+    requests.push_back(reads.back().request);
+  }
+  for (size_t begin = 0; begin < requests.size();) {
+    const size_t n = std::min<size_t>(1 + rng() % 40, requests.size() - begin);
+    ring->submit(std::span(requests).subspan(begin, n));
+    begin += n;
+  }
+  const auto done = reap_all(*ring, requests.size());
+  ASSERT_EQ(done.size(), requests.size());
+  EXPECT_EQ(ring->in_flight(), 0u);
+  for (const ReadRequest& r : requests) {
+    const int64_t expected = std::min(r.bytes, kFileBytes - r.offset);
+    if (r.n_segments == 0) {
+      expect_bytes(done.at(r.user_data), r.offset, expected, static_cast<const char*>(r.dst));
+    } else {
+      expect_vectored(done.at(r.user_data), r, expected, bytes_);
+    }
+  }
+}
+
+TEST_P(IoRingTest, VectoredShortReadsResumeAcrossSegmentBoundaries) {
+  const DirectFile file = DirectFile::open(path_);
+  // 3 pages per syscall cuts inside segments and on their boundaries; 1 page cuts every segment.
+  for (const int64_t cap : {3 * kPage, kPage, 5 * kPage}) {
+    IoRing::Options options;
+    options.queue_depth = 3;
+    options.max_bytes_per_read = cap;
+    auto ring = make_ring(options);
+    SKIP_IF_NO_RING(ring);
+    std::vector<VectoredRead> reads;
+    reads.reserve(8);
+    reads.emplace_back(file.fd(), 0, std::vector<int64_t>{2, 5, 1, 4, 7}, 1);
+    reads.emplace_back(file.fd(), 10 * kPage, std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 1}, 2);
+    reads.emplace_back(file.fd(), 40 * kPage, std::vector<int64_t>{3, 3, 3}, 3);
+    reads.emplace_back(file.fd(), 100 * kPage, std::vector<int64_t>{64, 2}, 4);
+    // Ends at EOF with an unaligned last segment: O_DIRECT asks for its whole last block.
+    const int64_t last_block = DirectFile::align_down(kFileBytes);
+    reads.emplace_back(file.fd(), last_block - 6 * kPage, std::vector<int64_t>{4, 2, 1}, 5, kFileBytes - last_block);
+    // Asks for more than the file has: EOF in the middle of the second segment.
+    reads.emplace_back(file.fd(), last_block - 2 * kPage, std::vector<int64_t>{1, 4, 2}, 6);
+    std::vector<ReadRequest> requests;
+    for (const VectoredRead& r : reads) requests.push_back(r.request);
+    ring->submit(requests);
+    const auto done = reap_all(*ring, requests.size());
+    for (const ReadRequest& r : requests) {
+      SCOPED_TRACE(::testing::Message() << "max_bytes_per_read " << cap);
+      expect_vectored(done.at(r.user_data), r, std::min(r.bytes, kFileBytes - r.offset), bytes_);
+    }
+  }
+}
+
+TEST_P(IoRingTest, VectoredReadErrorsCompleteTheWholeRequestOnce) {
+  const DirectFile file = DirectFile::open(path_);
+  IoRing::Options options;
+  options.queue_depth = 4;
+  options.max_bytes_per_read = 2 * kPage;  // an injected or kernel error must not be resumed
+  int calls = 0;
+  options.fault_injector = [&](const ReadRequest& r) {
+    ++calls;
+    EXPECT_EQ(r.n_segments, r.user_data == 99 ? 2 : 3) << r.user_data;  // the injector sees the segments
+    return r.user_data % 3 == 1 ? EIO : 0;
+  };
+  auto ring = make_ring(options);
+  SKIP_IF_NO_RING(ring);
+  std::vector<VectoredRead> reads;
+  reads.reserve(13);
+  std::vector<ReadRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    reads.emplace_back(file.fd(), i * 9 * kPage, std::vector<int64_t>{2, 3, 4}, uint64_t(i));
+    requests.push_back(reads.back().request);
+  }
+  reads.emplace_back(-1, 0, std::vector<int64_t>{1, 1}, 99);  // the kernel says EBADF
+  requests.push_back(reads.back().request);
+  ring->submit(requests);
+  const auto done = reap_all(*ring, requests.size());  // fails on a second completion of one request
+  EXPECT_EQ(ring->in_flight(), 0u);
+  EXPECT_EQ(calls, 13);
+  EXPECT_EQ(done.size(), requests.size());
+  for (const ReadRequest& r : requests) {
+    const ReadCompletion& c = done.at(r.user_data);
+    if (r.user_data == 99) {
+      EXPECT_EQ(c.error, EBADF);
+    } else if (r.user_data % 3 == 1) {
+      EXPECT_EQ(c.error, EIO) << r.user_data;
+      EXPECT_EQ(c.bytes, 0) << r.user_data;
+    } else {
+      expect_vectored(c, r, r.bytes, bytes_);
+    }
+  }
+}
+
+TEST_P(IoRingTest, PartialBlockSegmentIsAnErrorOnDirectFiles) {
+  const DirectFile file = DirectFile::open(path_);
+  if (!file.direct()) GTEST_SKIP() << "no O_DIRECT on " << dir_;
+  auto ring = make_ring();
+  SKIP_IF_NO_RING(ring);
+  AlignedBytes a(kPage), b(kPage), c(kPage);
+  ReadRequest request;
+  request.fd = file.fd();
+  request.user_data = 9;
+  request.add_segment(a.data.get(), kPage);
+  request.add_segment(b.data.get(), 100);  // not a whole block: the kernel refuses the read
+  request.add_segment(c.data.get(), kPage - 100);
+  ring->submit({&request, 1});
+  const auto done = reap_all(*ring, 1);
+  EXPECT_EQ(done.at(9).error, EINVAL);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, IoRingTest, ::testing::Values("io_uring", "pread"),
                          [](const auto& info) { return info.param == "io_uring" ? "IoUring" : "Pread"; });
 
