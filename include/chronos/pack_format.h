@@ -41,8 +41,8 @@ struct PackedExpert {
 
 struct PackCluster {
   int32_t id = 0;
-  std::string file;  // plain file name inside the pack folder
-  int64_t bytes = 0;  // size of the file
+  std::string file;                // plain file name inside the pack folder
+  int64_t bytes = 0;               // size of the file
   std::vector<ExpertKey> experts;  // in file order
 };
 
@@ -83,8 +83,7 @@ std::vector<PackedExpert> write_ctsr(const std::filesystem::path& path, int32_t 
 
 // Recomputes the XXH64 of an expert's bytes as read into memory (the extent, padded or not) and
 // throws Error "cluster_003.ctsr: layer 5 expert 17: checksum mismatch (expected .., got ..)".
-void verify_expert_bytes(const PackedExpert& expert, const std::string& cluster_file,
-                         std::span<const std::byte> bytes);
+void verify_expert_bytes(const PackedExpert& expert, const std::string& cluster_file, std::span<const std::byte> bytes);
 
 // A stable fingerprint of a model (32 hex digits): a hash of config.json's canonical dump and of
 // every tensor's name, dtype and shape. For a pack folder (it has cluster_manifest.json) it is the

@@ -24,7 +24,7 @@ struct TraceHeader {
 };
 
 struct TraceToken {
-  bool generated = false;        // false: prompt token
+  bool generated = false;  // false: prompt token
   int32_t token_id = 0;
   std::vector<uint16_t> h0;      // [n_embd] f16 bits: hidden state after block 0
   std::vector<int32_t> top_ids;  // [n_moe_layers * n_expert_used], layer-major, router order

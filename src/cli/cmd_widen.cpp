@@ -32,10 +32,11 @@ int run_widen(const WidenArgs& args) {
   const WidenResult result = widen_model(resolve_model_dir(args.model), args.out, options);
   if (terminal) std::fputc('\n', stderr);
   const double megabytes = double(result.total_bytes) / 1e6;
-  std::fprintf(stderr, "widen: wrote %s: expert FFN %lld -> %lld, %lld of %lld tensors widened, %.1f %s in %lld file%s\n",
-               args.out.c_str(), (long long)result.old_expert_ffn, (long long)args.expert_ffn,
-               (long long)result.n_widened, (long long)result.n_tensors, megabytes >= 1000 ? megabytes / 1000 : megabytes,
-               megabytes >= 1000 ? "GB" : "MB", (long long)result.n_shards, result.n_shards == 1 ? "" : "s");
+  std::fprintf(
+      stderr, "widen: wrote %s: expert FFN %lld -> %lld, %lld of %lld tensors widened, %.1f %s in %lld file%s\n",
+      args.out.c_str(), (long long)result.old_expert_ffn, (long long)args.expert_ffn, (long long)result.n_widened,
+      (long long)result.n_tensors, megabytes >= 1000 ? megabytes / 1000 : megabytes, megabytes >= 1000 ? "GB" : "MB",
+      (long long)result.n_shards, result.n_shards == 1 ? "" : "s");
   return 0;
 }
 
@@ -43,9 +44,10 @@ int run_widen(const WidenArgs& args) {
 
 Command register_widen(CLI::App& app) {
   auto args = std::make_shared<WidenArgs>();
-  CLI::App* sub = app.add_subcommand(
-      "widen", "Write a copy of a MoE checkpoint whose routed experts are zero-padded to a larger FFN size "
-               "(same outputs, bigger experts)");
+  CLI::App* sub =
+      app.add_subcommand("widen",
+                         "Write a copy of a MoE checkpoint whose routed experts are zero-padded to a larger FFN size "
+                         "(same outputs, bigger experts)");
   sub->add_option("-m,--model", args->model, "Hugging Face model folder");
   sub->add_option("--expert-ffn", args->expert_ffn, "New routed-expert FFN size (larger than the model's)")
       ->required()

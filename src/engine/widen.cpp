@@ -24,9 +24,11 @@ namespace fs = std::filesystem;
 const char* expert_size_key(Arch arch) {
   switch (arch) {
     case Arch::kQwen2Moe:
-    case Arch::kQwen3Moe: return "moe_intermediate_size";
+    case Arch::kQwen3Moe:
+      return "moe_intermediate_size";
     case Arch::kMixtral:
-    case Arch::kOlmoe: return "intermediate_size";
+    case Arch::kOlmoe:
+      return "intermediate_size";
   }
   CHRONOS_CHECK_MSG(false, "no expert-size key for architecture {}", int(arch));
   return "";
@@ -35,8 +37,9 @@ const char* expert_size_key(Arch arch) {
 // Files that describe the tokenizer, generation defaults or the license: copied verbatim.
 // Weights in other formats (pytorch_model.bin, ...) are not: they would keep the old shapes.
 bool is_companion_file(const std::string& name) {
-  static const char* const kExact[] = {"generation_config.json", "special_tokens_map.json", "added_tokens.json",
-                                       "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json"};
+  static const char* const kExact[] = {
+      "generation_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt",
+      "chat_template.jinja",    "chat_template.json"};
   for (const char* exact : kExact)
     if (name == exact) return true;
   return name.starts_with("tokenizer") || name.starts_with("LICENSE") || name.starts_with("NOTICE");
@@ -111,8 +114,8 @@ WidenResult widen_model(const fs::path& model_dir, const fs::path& out_dir, cons
   WidenResult result;
   result.old_expert_ffn = cfg.n_ff_expert;
   if (options.expert_ffn <= cfg.n_ff_expert)
-    throw UsageError(fmt::format("--expert-ffn {} must be larger than the expert FFN size {} of {}",
-                                 options.expert_ffn, cfg.n_ff_expert, model_dir.string()));
+    throw UsageError(fmt::format("--expert-ffn {} must be larger than the expert FFN size {} of {}", options.expert_ffn,
+                                 cfg.n_ff_expert, model_dir.string()));
   if (options.max_shard_bytes <= 0) throw UsageError("the maximum shard size must be positive");
   std::error_code ec;
   if (fs::exists(out_dir, ec)) throw_error("{}: already exists; give a new folder", out_dir.string());

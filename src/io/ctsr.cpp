@@ -30,7 +30,7 @@ struct PlannedTensor {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // nullptr: zeros
   int64_t bytes = 0;
-  int64_t data_offset = 0;     // relative to the data buffer
+  int64_t data_offset = 0;  // relative to the data buffer
 };
 
 PackedTensor plan_projection(const std::filesystem::path& path, const ExpertKey& key, const char* projection,
@@ -97,7 +97,8 @@ std::vector<PackedExpert> write_ctsr(const std::filesystem::path& path, int32_t 
     expert.down = plan_projection(path, source.key, "down", source.down, cursor, planned);
     const int64_t end = round_up(cursor, kCtsrAlignment);
     if (end > cursor) {
-      planned.push_back({fmt::format("__pad.{}", pad_index++), DType::kU8, {end - cursor}, nullptr, end - cursor, cursor});
+      planned.push_back(
+          {fmt::format("__pad.{}", pad_index++), DType::kU8, {end - cursor}, nullptr, end - cursor, cursor});
       cursor = end;
     }
     expert.bytes = cursor - expert.offset;
@@ -105,12 +106,11 @@ std::vector<PackedExpert> write_ctsr(const std::filesystem::path& path, int32_t 
     packed.push_back(std::move(expert));
   }
 
-  std::string header = "{\"__metadata__\":" +
-                       nlohmann::json{{"format", "ctsr"},
-                                      {"version", "1"},
-                                      {"cluster", std::to_string(cluster_id)},
-                                      {"fingerprint", fingerprint}}
-                           .dump();
+  std::string header = "{\"__metadata__\":" + nlohmann::json{{"format", "ctsr"},
+                                                             {"version", "1"},
+                                                             {"cluster", std::to_string(cluster_id)},
+                                                             {"fingerprint", fingerprint}}
+                                                  .dump();
   for (const PlannedTensor& tensor : planned) {
     const nlohmann::json entry = {{"dtype", std::string(dtype_name(tensor.dtype))},
                                   {"shape", tensor.shape},

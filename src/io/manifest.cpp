@@ -157,8 +157,8 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
       throw_error("{}: extent [{}, {}) runs past the end of the {}-byte file", who, expert.offset,
                   expert.offset + expert.bytes, cluster.bytes);
     int64_t next = expert.offset;  // gate, up, down are back to back from the extent's start
-    for (const auto& [projection, packed] : {std::pair{"gate", &expert.gate}, std::pair{"up", &expert.up},
-                                             std::pair{"down", &expert.down}}) {
+    for (const auto& [projection, packed] :
+         {std::pair{"gate", &expert.gate}, std::pair{"up", &expert.up}, std::pair{"down", &expert.down}}) {
       const std::string name = ctsr_tensor_name(key, projection);
       expected_names.insert(name);
       const TensorInfo* tensor = file->find(name);
@@ -176,8 +176,8 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
         throw_error("{}: tensor {} has dtype {} in the manifest, {} in the file", who, projection,
                     dtype_name(packed->dtype), dtype_name(tensor->dtype));
       if (dtype_name(tensor->dtype) != m.dtype)
-        throw_error("{}: tensor {} is {}, the manifest's model dtype is {}", who, projection,
-                    dtype_name(tensor->dtype), m.dtype);
+        throw_error("{}: tensor {} is {}, the manifest's model dtype is {}", who, projection, dtype_name(tensor->dtype),
+                    m.dtype);
       next += packed->bytes;
     }
     extents.push_back(&expert);
@@ -186,8 +186,7 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
   for (size_t i = 1; i < extents.size(); ++i)
     if (extents[i - 1]->offset + extents[i - 1]->bytes > extents[i]->offset)
       throw_error("{}: extents of layer {} expert {} and layer {} expert {} overlap", path.string(),
-                  extents[i - 1]->key.layer, extents[i - 1]->key.expert, extents[i]->key.layer,
-                  extents[i]->key.expert);
+                  extents[i - 1]->key.layer, extents[i - 1]->key.expert, extents[i]->key.layer, extents[i]->key.expert);
   for (const TensorInfo& tensor : file->tensors())
     if (tensor.name.rfind("__pad.", 0) != 0 && !expected_names.contains(tensor.name))
       throw_error("{}: tensor {} is not in the manifest", path.string(), tensor.name);
@@ -205,8 +204,7 @@ PackManifest PackManifest::load(const fs::path& dir) {
     throw_error("{}: not valid JSON: {}", path.string(), e.what());
   }
   if (!root.is_object()) r.fail("(top level)", "not a JSON object");
-  if (r.string(root, "(top level)", "format") != kFormat)
-    r.fail("format", fmt::format("expected \"{}\"", kFormat));
+  if (r.string(root, "(top level)", "format") != kFormat) r.fail("format", fmt::format("expected \"{}\"", kFormat));
   if (const int64_t version = r.integer(root, "(top level)", "version"); version != kVersion)
     r.fail("version", fmt::format("version {} is not supported (this build reads {})", version, kVersion));
 
@@ -269,11 +267,13 @@ PackManifest PackManifest::load(const fs::path& dir) {
     const Json& list = r.member(json, where, "experts");
     if (!list.is_array()) r.fail(where + ".experts", "not an array");
     for (const Json& pair : list) {
-      if (!pair.is_array() || pair.size() != 2) r.fail(where + ".experts", fmt::format("{} is not [l, e]", pair.dump()));
+      if (!pair.is_array() || pair.size() != 2)
+        r.fail(where + ".experts", fmt::format("{} is not [l, e]", pair.dump()));
       const ExpertKey key{r.small(pair[0], where + ".experts"), r.small(pair[1], where + ".experts")};
       const auto it = m.experts.find(key);
       if (it == m.experts.end())
-        r.fail(where + ".experts", fmt::format("layer {} expert {} has no entry in \"experts\"", key.layer, key.expert));
+        r.fail(where + ".experts",
+               fmt::format("layer {} expert {} has no entry in \"experts\"", key.layer, key.expert));
       if (it->second.cluster != cluster.id)
         r.fail(where + ".experts", fmt::format("layer {} expert {} is listed here but its entry names cluster {}",
                                                key.layer, key.expert, it->second.cluster));
@@ -299,8 +299,10 @@ void PackManifest::save(const fs::path& path) const {
   Json root;
   root["format"] = kFormat;
   root["version"] = kVersion;
-  root["model"] = Json{{"architecture", architecture}, {"num_moe_layers", num_moe_layers},
-                       {"num_experts", num_experts},   {"dtype", dtype},
+  root["model"] = Json{{"architecture", architecture},
+                       {"num_moe_layers", num_moe_layers},
+                       {"num_experts", num_experts},
+                       {"dtype", dtype},
                        {"fingerprint", fingerprint}};
   root["clustering"] = Json{{"method", clustering_method}, {"trace", clustering_trace}, {"seed", clustering_seed}};
   root["clusters"] = Json::array();
@@ -312,12 +314,12 @@ void PackManifest::save(const fs::path& path) const {
   }
   root["experts"] = Json::object();
   for (const auto& [key, e] : experts) {
-    root["experts"][fmt::format("{}.{}", key.layer, key.expert)] =
-        Json{{"cluster", e.cluster},
-             {"offset", e.offset},
-             {"bytes", e.bytes},
-             {"xxh64", fmt::format("{:016x}", e.xxh64)},
-             {"tensors", Json{{"gate", tensor_json(e.gate)}, {"up", tensor_json(e.up)}, {"down", tensor_json(e.down)}}}};
+    root["experts"][fmt::format("{}.{}", key.layer, key.expert)] = Json{
+        {"cluster", e.cluster},
+        {"offset", e.offset},
+        {"bytes", e.bytes},
+        {"xxh64", fmt::format("{:016x}", e.xxh64)},
+        {"tensors", Json{{"gate", tensor_json(e.gate)}, {"up", tensor_json(e.up)}, {"down", tensor_json(e.down)}}}};
   }
   const std::string text = root.dump(1) + "\n";
 

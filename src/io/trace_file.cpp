@@ -56,11 +56,12 @@ std::string token_problem(const TraceHeader& h, const TraceToken& t) {
     for (int64_t k = 0; k < h.n_expert_used; ++k) {
       const int32_t id = t.top_ids[size_t(l * h.n_expert_used + k)];
       if (id < 0 || id >= h.n_expert)
-        return fmt::format("MoE layer {} (model layer {}): expert id {} out of range [0, {})", l, h.moe_layers[size_t(l)],
-                           id, h.n_expert);
+        return fmt::format("MoE layer {} (model layer {}): expert id {} out of range [0, {})", l,
+                           h.moe_layers[size_t(l)], id, h.n_expert);
       for (int64_t j = 0; j < k; ++j)
         if (t.top_ids[size_t(l * h.n_expert_used + j)] == id)
-          return fmt::format("MoE layer {} (model layer {}): expert id {} selected twice", l, h.moe_layers[size_t(l)], id);
+          return fmt::format("MoE layer {} (model layer {}): expert id {} selected twice", l, h.moe_layers[size_t(l)],
+                             id);
     }
   }
   for (size_t i = 0; i < t.probs.size(); ++i) {
@@ -230,7 +231,8 @@ class InputFile {
   // Reads `size` bytes at `offset`; `what` names the field for the truncation message.
   void read(int64_t offset, void* out, int64_t size, const char* what) const {
     if (size < 0 || offset > size_ || size > size_ - offset)
-      fail(offset, fmt::format("file is truncated: {} needs {} bytes, {} left", what, size, std::max<int64_t>(0, size_ - offset)));
+      fail(offset, fmt::format("file is truncated: {} needs {} bytes, {} left", what, size,
+                               std::max<int64_t>(0, size_ - offset)));
     auto* cursor = static_cast<char*>(out);
     while (size > 0) {
       const ssize_t got = ::pread(fd_, cursor, size_t(size), offset);
@@ -286,7 +288,8 @@ TraceReader TraceReader::open(const std::filesystem::path& path) {
   h.n_expert = file.value<int32_t>(at, "n_expert");
   h.n_expert_used = file.value<int32_t>(at, "n_expert_used");
   const int32_t n_layers = file.value<int32_t>(at, "the MoE layer count");
-  if (n_layers <= 0 || n_layers > kMaxLayers) file.fail(at - 4, fmt::format("MoE layer count {} out of range", n_layers));
+  if (n_layers <= 0 || n_layers > kMaxLayers)
+    file.fail(at - 4, fmt::format("MoE layer count {} out of range", n_layers));
   h.moe_layers.resize(size_t(n_layers));
   file.read(at, h.moe_layers.data(), int64_t(n_layers) * 4, "the MoE layer indices");
   at += int64_t(n_layers) * 4;

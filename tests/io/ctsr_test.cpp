@@ -77,8 +77,7 @@ class CtsrTest : public test::ScratchDir {
     m.clustering_trace = "traces/chunk_000.trace";
     m.clustering_seed = 42;
     const std::vector<std::vector<ExpertSource>> clusters = {
-        {fixture_expert(0, 3), odd_expert(3, 1), fixture_expert(2, 0)},
-        {fixture_expert(1, 5), fixture_expert(0, 7)}};
+        {fixture_expert(0, 3), odd_expert(3, 1), fixture_expert(2, 0)}, {fixture_expert(1, 5), fixture_expert(0, 7)}};
     for (int32_t id = 0; id < int32_t(clusters.size()); ++id) {
       const std::string file = fmt::format("cluster_{:03}.ctsr", id);
       const auto packed = write_ctsr(dir_ / file, id, m.fingerprint, clusters[size_t(id)]);
@@ -125,10 +124,16 @@ TEST_F(CtsrTest, WritesValidSafetensorsWithAlignedPaddedExtents) {
   EXPECT_EQ(file->metadata(), expected_meta);
   std::vector<std::string> names;
   for (const TensorInfo& t : file->tensors()) names.push_back(t.name);
-  const std::vector<std::string> expected_names = {
-      "layers.0.experts.3.gate", "layers.0.experts.3.up", "layers.0.experts.3.down",
-      "layers.3.experts.1.gate", "layers.3.experts.1.up", "layers.3.experts.1.down", "__pad.0",
-      "layers.2.experts.0.gate", "layers.2.experts.0.up", "layers.2.experts.0.down"};
+  const std::vector<std::string> expected_names = {"layers.0.experts.3.gate",
+                                                   "layers.0.experts.3.up",
+                                                   "layers.0.experts.3.down",
+                                                   "layers.3.experts.1.gate",
+                                                   "layers.3.experts.1.up",
+                                                   "layers.3.experts.1.down",
+                                                   "__pad.0",
+                                                   "layers.2.experts.0.gate",
+                                                   "layers.2.experts.0.up",
+                                                   "layers.2.experts.0.down"};
   EXPECT_EQ(names, expected_names);
 
   for (size_t i = 0; i < sources.size(); ++i) {
@@ -268,42 +273,61 @@ struct ManifestEdit {
 
 TEST_F(CtsrTest, ManifestThatDisagreesWithTheFileIsRejected) {
   const std::vector<ManifestEdit> edits = {
-      {"tensor offset", [](nlohmann::json& j) { j["experts"]["0.3"]["tensors"]["up"]["offset"] = j["experts"]["0.3"]["tensors"]["up"]["offset"].get<int64_t>() + 4; },
+      {"tensor offset",
+       [](nlohmann::json& j) {
+         j["experts"]["0.3"]["tensors"]["up"]["offset"] =
+             j["experts"]["0.3"]["tensors"]["up"]["offset"].get<int64_t>() + 4;
+       },
        {"cluster_000.ctsr", "layer 0 expert 3", "tensor up", "offset"}},
-      {"extent offset", [](nlohmann::json& j) { j["experts"]["1.5"]["offset"] = j["experts"]["1.5"]["offset"].get<int64_t>() + 4096; },
+      {"extent offset",
+       [](nlohmann::json& j) { j["experts"]["1.5"]["offset"] = j["experts"]["1.5"]["offset"].get<int64_t>() + 4096; },
        {"cluster_001.ctsr", "layer 1 expert 5", "offset"}},
-      {"extent bytes", [](nlohmann::json& j) { j["experts"]["2.0"]["bytes"] = j["experts"]["2.0"]["bytes"].get<int64_t>() + 4096; },
+      {"extent bytes",
+       [](nlohmann::json& j) { j["experts"]["2.0"]["bytes"] = j["experts"]["2.0"]["bytes"].get<int64_t>() + 4096; },
        {"cluster_000.ctsr", "layer 2 expert 0", "bytes"}},
-      {"unaligned bytes", [](nlohmann::json& j) { j["experts"]["3.1"]["bytes"] = 420; },
+      {"unaligned bytes",
+       [](nlohmann::json& j) { j["experts"]["3.1"]["bytes"] = 420; },
        {"cluster_000.ctsr", "layer 3 expert 1", "aligned"}},
-      {"shape", [](nlohmann::json& j) { j["experts"]["0.7"]["tensors"]["down"]["shape"] = {32, 64}; },
+      {"shape",
+       [](nlohmann::json& j) {
+         j["experts"]["0.7"]["tensors"]["down"]["shape"] = {32, 64};
+       },
        {"cluster_001.ctsr", "layer 0 expert 7", "tensor down", "shape [32, 64]", "[64, 32]"}},
-      {"dtype", [](nlohmann::json& j) { j["experts"]["0.7"]["tensors"]["gate"]["dtype"] = "I32"; },
+      {"dtype",
+       [](nlohmann::json& j) { j["experts"]["0.7"]["tensors"]["gate"]["dtype"] = "I32"; },
        {"cluster_001.ctsr", "layer 0 expert 7", "tensor gate", "dtype I32"}},
-      {"cluster size", [](nlohmann::json& j) { j["clusters"][1]["bytes"] = 123; },
-       {"cluster_001.ctsr", "123"}},
-      {"fingerprint", [](nlohmann::json& j) { j["model"]["fingerprint"] = "other"; },
+      {"cluster size", [](nlohmann::json& j) { j["clusters"][1]["bytes"] = 123; }, {"cluster_001.ctsr", "123"}},
+      {"fingerprint",
+       [](nlohmann::json& j) { j["model"]["fingerprint"] = "other"; },
        {"cluster_000.ctsr", "fingerprint", "fp-0123", "other"}},
-      {"expert in wrong cluster", [](nlohmann::json& j) { j["experts"]["1.5"]["cluster"] = 0; },
+      {"expert in wrong cluster",
+       [](nlohmann::json& j) { j["experts"]["1.5"]["cluster"] = 0; },
        {"cluster_manifest.json", "layer 1 expert 5", "cluster 0"}},
-      {"expert not listed", [](nlohmann::json& j) { j["clusters"][1]["experts"].erase(0); },
+      {"expert not listed",
+       [](nlohmann::json& j) { j["clusters"][1]["experts"].erase(0); },
        {"cluster_manifest.json", "experts.1.5", "does not list"}},
-      {"tensor missing from the manifest", [](nlohmann::json& j) {
+      {"tensor missing from the manifest",
+       [](nlohmann::json& j) {
          j["experts"].erase("0.7");
          j["clusters"][1]["experts"].erase(1);
        },
        {"cluster_001.ctsr", "layers.0.experts.7.gate", "not in the manifest"}},
-      {"bad checksum text", [](nlohmann::json& j) { j["experts"]["0.3"]["xxh64"] = "xyz"; },
+      {"bad checksum text",
+       [](nlohmann::json& j) { j["experts"]["0.3"]["xxh64"] = "xyz"; },
        {"cluster_manifest.json", "experts.0.3.xxh64", "16 hex digits"}},
-      {"bad key", [](nlohmann::json& j) { j["experts"]["0-3"] = j["experts"]["0.3"]; },
+      {"bad key",
+       [](nlohmann::json& j) { j["experts"]["0-3"] = j["experts"]["0.3"]; },
        {"cluster_manifest.json", "\"0-3\""}},
-      {"path outside the pack", [](nlohmann::json& j) { j["clusters"][0]["file"] = "../cluster_000.ctsr"; },
+      {"path outside the pack",
+       [](nlohmann::json& j) { j["clusters"][0]["file"] = "../cluster_000.ctsr"; },
        {"cluster_manifest.json", "clusters[0].file", "plain file name"}},
       {"wrong format", [](nlohmann::json& j) { j["format"] = "something-else"; }, {"cluster_manifest.json", "format"}},
       {"wrong version", [](nlohmann::json& j) { j["version"] = 2; }, {"cluster_manifest.json", "version 2"}},
-      {"missing key", [](nlohmann::json& j) { j["model"].erase("num_experts"); },
+      {"missing key",
+       [](nlohmann::json& j) { j["model"].erase("num_experts"); },
        {"cluster_manifest.json", "model", "num_experts"}},
-      {"expert out of range", [](nlohmann::json& j) { j["model"]["num_experts"] = 4; },
+      {"expert out of range",
+       [](nlohmann::json& j) { j["model"]["num_experts"] = 4; },
        {"cluster_manifest.json", "expert 7 out of range"}},
   };
   write_pack();

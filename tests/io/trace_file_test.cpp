@@ -113,16 +113,24 @@ TEST_F(TraceFileTest, RoundTrip) {
 TEST_F(TraceFileTest, LayoutMatchesTheDocumentation) {
   const fs::path path = write_trace();
   const std::string raw = test::read_bytes(path);
-  const auto u32 = [&](size_t at) { uint32_t v; std::memcpy(&v, raw.data() + at, 4); return v; };
-  const auto u64 = [&](size_t at) { uint64_t v; std::memcpy(&v, raw.data() + at, 8); return v; };
+  const auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, raw.data() + at, 4);
+    return v;
+  };
+  const auto u64 = [&](size_t at) {
+    uint64_t v;
+    std::memcpy(&v, raw.data() + at, 8);
+    return v;
+  };
   EXPECT_EQ(raw.substr(0, 8), "CHRTRACE");
   EXPECT_EQ(u32(8), 1u);
   EXPECT_EQ(u32(12), 32u);
   EXPECT_EQ(raw.substr(16, 32), small_header().fingerprint);
-  EXPECT_EQ(u32(48), 6u);   // n_embd
-  EXPECT_EQ(u32(52), 5u);   // n_expert
-  EXPECT_EQ(u32(56), 2u);   // n_expert_used
-  EXPECT_EQ(u32(60), 3u);   // MoE layers
+  EXPECT_EQ(u32(48), 6u);  // n_embd
+  EXPECT_EQ(u32(52), 5u);  // n_expert
+  EXPECT_EQ(u32(56), 2u);  // n_expert_used
+  EXPECT_EQ(u32(60), 3u);  // MoE layers
   EXPECT_EQ(u32(64), 0u);
   EXPECT_EQ(u32(68), 2u);
   EXPECT_EQ(u32(72), 3u);
@@ -137,9 +145,9 @@ TEST_F(TraceFileTest, LayoutMatchesTheDocumentation) {
   EXPECT_EQ(raw.substr(at + 15, 4), "code");
   EXPECT_EQ(u64(at + 19), 4u);
   const size_t token0 = at + 27;
-  EXPECT_EQ(u32(token0), 0u);                   // prompt token
-  EXPECT_EQ(u32(token0 + 4), 100u);             // token id
-  EXPECT_EQ(u32(token0 + 74 * 2), 1u);          // third token is generated
+  EXPECT_EQ(u32(token0), 0u);           // prompt token
+  EXPECT_EQ(u32(token0 + 4), 100u);     // token id
+  EXPECT_EQ(u32(token0 + 74 * 2), 1u);  // third token is generated
   const TraceToken expected = make_token(small_header(), 0, false);
   uint16_t h0_first;
   std::memcpy(&h0_first, raw.data() + token0 + 8, 2);
@@ -155,7 +163,8 @@ TEST_F(TraceFileTest, LayoutMatchesTheDocumentation) {
   EXPECT_EQ(u64(end + 12), 11u);
   EXPECT_EQ(u64(end + 20), XXH64(raw.data(), raw.size() - 8, 0));
   // Sizes add up: header, three sequence records, end record.
-  const size_t seq_bytes = (4 + 4 + 3 + 4 + 4 + 8 + 4 * 74) + (4 + 4 + 7 + 4 + 0 + 8) + (4 + 4 + 6 + 4 + 4 + 8 + 7 * 74);
+  const size_t seq_bytes =
+      (4 + 4 + 3 + 4 + 4 + 8 + 4 * 74) + (4 + 4 + 7 + 4 + 0 + 8) + (4 + 4 + 6 + 4 + 4 + 8 + 7 * 74);
   EXPECT_EQ(raw.size(), size_t(header_bytes()) + seq_bytes + 28);
 }
 
@@ -230,7 +239,8 @@ TEST_F(TraceFileTest, BadMagicWrongVersionAndDamagedBytes) {
   expect_error([&] { TraceReader::open(bad).read_all(); }, {"bad.trace", "checksum mismatch"});
   // A bad field is named with its offset even where the checksum is not consulted.
   with(token0, std::string("\x04\0\0\0", 4));
-  expect_error([&] { TraceReader::open(bad).read_sequence(0); }, {"bad.trace", fmt::format("offset {}", token0), "flags"});
+  expect_error([&] { TraceReader::open(bad).read_sequence(0); },
+               {"bad.trace", fmt::format("offset {}", token0), "flags"});
   with(token0 + 8 + 12, std::string("\x09\0\0\0", 4));
   expect_error([&] { TraceReader::open(bad).read_sequence(0); }, {"bad.trace", "expert id 9 out of range"});
   with(token0 + 8 + 12 + 24, std::string("\x00\x7e", 2));  // NaN probability
