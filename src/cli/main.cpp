@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<cli::Command> commands = {cli::register_generate(app), cli::register_inspect(app),
                                                cli::register_widen(app), cli::register_trace(app),
-                                               cli::register_pack(app), cli::register_bench(app)};
+                                               cli::register_pack(app), cli::register_bench(app),
+                                               cli::register_train_predictors(app),
+                                               cli::register_eval_predictors(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];
