@@ -28,23 +28,33 @@ struct FetchRequest {
 };
 
 struct PrefetchStats {
-  int64_t reads = 0;              // expert reads completed
+  int64_t reads = 0;        // expert reads completed
+  int64_t io_requests = 0;  // IoRing requests completed: one per expert, or one per run of
+                            // file-adjacent experts read together (Options::coalesce)
   int64_t bytes_read = 0;
-  int64_t cancelled = 0;          // stale requests dropped from the queue
-  int64_t no_slot = 0;            // requests dropped because every slot was pinned, loading or protected
-  int64_t already_present = 0;    // requests for experts already resident or loading
-  double busy_seconds = 0.0;      // wall time with at least one read in flight
+  int64_t cancelled = 0;              // stale requests dropped from the queue
+  int64_t no_slot = 0;                // requests dropped because every slot was pinned, loading or protected
+  int64_t already_present = 0;        // requests for experts already resident or loading
+  double busy_seconds = 0.0;          // wall time with at least one read in flight
   double read_latency_seconds = 0.0;  // sum over reads of submit -> usable
 };
 
 class AsyncPrefetcher {
  public:
   struct Options {
-    unsigned queue_depth = 16;      // reads in flight
-    double io_latency_ms = 0.0;     // added to every read's completion (models a slower disk)
+    unsigned queue_depth = 16;   // experts being read (or waiting out io_latency_ms) at once
+    double io_latency_ms = 0.0;  // added to every read's completion (models a slower disk)
     bool force_pread = false;
-    bool verify_checksums = true;   // xxh64 of every expert read
+    bool verify_checksums = true;                           // xxh64 of every expert read
     std::function<int(const ReadRequest&)> fault_injector;  // tests: simulate read errors
+    // Experts of one pick that lie back to back in their cluster file (B.offset == A.offset +
+    // A.bytes) and each got a slot are read with one vectored request, each landing in its own
+    // slot; a picked demand request also takes its queued file neighbours (any priority) along.
+    // Each expert is still checksummed, made ready and reported on its own. The whole run becomes
+    // ready at once, so a run is capped.
+    bool coalesce = true;
+    int max_run_experts = 8;                    // clamped to 1..ReadRequest::kMaxSegments
+    int64_t max_run_bytes = int64_t(32) << 20;  // a run always holds at least one expert
   };
 
   // The cache and the mutex/condition variable that guard it are shared with the compute side;

@@ -1,12 +1,15 @@
-// AsyncPrefetcher: queue -> IoRing reads into cache slots -> checksum -> (optional latency) -> ready.
+// AsyncPrefetcher: queue -> IoRing reads (file-adjacent experts coalesced) into cache slots ->
+// checksum -> (optional latency) -> ready.
 #include "chronos/prefetcher.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <thread>
 #include <unordered_map>
 
@@ -29,13 +32,23 @@ struct AsyncPrefetcher::Impl {
     int64_t step;
     uint64_t sequence;  // FIFO among equal priorities
   };
-  struct InFlight {
+  using Picked = std::pair<ExpertKey, Queued>;
+  struct InFlight {  // one expert
     ExpertKey key{};
     const PackedExpert* expert = nullptr;
     ExpertCache::Lookup slot{};
     Clock::time_point submitted;
     Clock::time_point ready_at;  // when the modelled latency has passed
     bool used = false;
+  };
+  struct RunRead {  // one IoRing request: experts adjacent in one file, in file order
+    std::array<size_t, ReadRequest::kMaxSegments> experts{};  // in_flight indices
+    int n_experts = 0;
+    bool used = false;
+  };
+  struct FilePlace {
+    size_t cluster;   // index into manifest.clusters (and files)
+    size_t position;  // index into that cluster's experts (file order)
   };
 
   const PackManifest& manifest;
@@ -46,8 +59,10 @@ struct AsyncPrefetcher::Impl {
   Backend& backend;
   Options options;
 
-  std::vector<DirectFile> files;                 // by position in manifest.clusters
+  std::vector<DirectFile> files;  // by position in manifest.clusters
   std::unordered_map<int32_t, size_t> file_of_cluster;
+  std::unordered_map<ExpertKey, FilePlace> place;  // every expert of the pack
+  int max_run_experts = 1;
   std::unique_ptr<IoRing> ring;
   std::unique_ptr<Stream> copy_stream;
 
@@ -59,19 +74,30 @@ struct AsyncPrefetcher::Impl {
   std::exception_ptr error;
   bool stopping = false;
 
-  std::vector<InFlight> in_flight;  // indexed by ReadRequest::user_data; I/O thread only
+  // I/O thread only from here on.
+  std::vector<InFlight> in_flight;  // [queue_depth] experts being read or delayed
+  std::vector<RunRead> reads;       // [queue_depth] indexed by ReadRequest::user_data
   std::vector<size_t> delayed;      // in_flight indices whose read finished, waiting for ready_at
-  size_t n_in_flight = 0;           // reads submitted, not yet reaped
+  size_t n_busy = 0;                // in_flight entries in use
+  size_t n_in_flight = 0;           // IoRing requests submitted, not yet reaped
   Clock::time_point busy_since;
   std::thread thread;
 
   Impl(const PackManifest& m, std::filesystem::path dir, ExpertCache& c, std::mutex& cm, std::condition_variable& cv,
        Backend& b, Options o)
-      : manifest(m), pack_dir(std::move(dir)), cache(c), cache_mutex(cm), loaded(cv), backend(b), options(std::move(o)) {
+      : manifest(m),
+        pack_dir(std::move(dir)),
+        cache(c),
+        cache_mutex(cm),
+        loaded(cv),
+        backend(b),
+        options(std::move(o)) {
     for (size_t i = 0; i < manifest.clusters.size(); ++i) {
       files.push_back(DirectFile::open(pack_dir / manifest.clusters[i].file));
       file_of_cluster[manifest.clusters[i].id] = i;
+      for (size_t j = 0; j < manifest.clusters[i].experts.size(); ++j) place[manifest.clusters[i].experts[j]] = {i, j};
     }
+    max_run_experts = options.coalesce ? std::clamp(options.max_run_experts, 1, ReadRequest::kMaxSegments) : 1;
     IoRing::Options ring_options;
     ring_options.queue_depth = std::max(1u, options.queue_depth);
     ring_options.force_pread = options.force_pread;
@@ -79,6 +105,7 @@ struct AsyncPrefetcher::Impl {
     ring = IoRing::create(ring_options);
     copy_stream = backend.create_stream();
     in_flight.resize(ring_options.queue_depth);
+    reads.resize(ring_options.queue_depth);
     thread = std::thread([this] { run(); });
   }
 
@@ -92,19 +119,54 @@ struct AsyncPrefetcher::Impl {
     copy_stream->synchronize();
   }
 
-  // Picks up to `room` requests, most urgent first.
-  std::vector<std::pair<ExpertKey, Queued>> take(size_t room) {
-    std::vector<std::pair<ExpertKey, Queued>> picked;
+  // Picks up to `room` requests, most urgent first; a demand request brings its queued file
+  // neighbours along.
+  std::vector<Picked> take(size_t room) {
+    std::vector<Picked> picked;
     while (picked.size() < room && !queue.empty()) {
       auto best = queue.begin();
       for (auto it = queue.begin(); it != queue.end(); ++it) {
         if (std::tie(it->second.priority, it->second.sequence) < std::tie(best->second.priority, best->second.sequence))
           best = it;
       }
-      picked.emplace_back(*best);
+      const Picked chosen = *best;
       queue.erase(best);
+      picked.push_back(chosen);
+      if (max_run_experts > 1 && chosen.second.priority == FetchPriority::kDemand)
+        take_neighbours(chosen.first, room, picked);
     }
     return picked;
+  }
+
+  // Extending a demand read to the experts next to it on disk costs one longer transfer instead of
+  // more requests later; it stops at the first neighbour that is not queued, or at the run caps.
+  void take_neighbours(ExpertKey key, size_t room, std::vector<Picked>& picked) {
+    const auto where = place.find(key);
+    if (where == place.end()) return;  // issue() reports it
+    const PackCluster& cluster = manifest.clusters[where->second.cluster];
+    const PackedExpert* first = &manifest.experts.at(key);
+    const PackedExpert* last = first;
+    int n_run = 1;
+    int64_t run_bytes = first->bytes;
+    for (const int direction : {+1, -1}) {
+      for (auto position = int64_t(where->second.position) + direction;
+           position >= 0 && position < std::ssize(cluster.experts); position += direction) {
+        if (picked.size() >= room || n_run >= max_run_experts) return;
+        const auto next = manifest.experts.find(cluster.experts[size_t(position)]);
+        if (next == manifest.experts.end()) break;
+        const PackedExpert& candidate = next->second;
+        const bool adjacent = direction > 0 ? candidate.offset == last->offset + last->bytes
+                                            : candidate.offset + candidate.bytes == first->offset;
+        if (!adjacent || run_bytes + candidate.bytes > options.max_run_bytes) break;
+        const auto queued = queue.find(candidate.key);
+        if (queued == queue.end()) break;
+        picked.push_back(*queued);
+        queue.erase(queued);
+        (direction > 0 ? last : first) = &candidate;
+        ++n_run;
+        run_bytes += candidate.bytes;
+      }
+    }
   }
 
   void fail(const std::string& message) {
@@ -112,11 +174,12 @@ struct AsyncPrefetcher::Impl {
     if (!error) error = std::make_exception_ptr(Error(message));
   }
 
-  // Issues the picked requests; demand requests that found no free slot go back to the queue.
-  // Returns how many reads were submitted.
-  size_t issue(const std::vector<std::pair<ExpertKey, Queued>>& picked) {
-    std::vector<ReadRequest> batch;
-    std::vector<std::pair<ExpertKey, Queued>> retry;
+  // Reserves a slot per picked expert and issues the reads, adjacent experts as one vectored
+  // request; demand requests that found no free slot go back to the queue. Returns how many IoRing
+  // requests were submitted.
+  size_t issue(const std::vector<Picked>& picked) {
+    std::vector<size_t> started;  // in_flight indices, most urgent first
+    std::vector<Picked> retry;
     for (const auto& [key, queued] : picked) {
       const auto found = manifest.experts.find(key);
       if (found == manifest.experts.end()) {
@@ -145,22 +208,86 @@ struct AsyncPrefetcher::Impl {
       }
       CHRONOS_CHECK_MSG(expert.bytes <= cache.slot_bytes(), "expert extent {} exceeds the slot size {}", expert.bytes,
                         cache.slot_bytes());
-      const size_t index = size_t(std::find_if(in_flight.begin(), in_flight.end(), [](const InFlight& f) { return !f.used; }) -
-                                  in_flight.begin());
-      CHRONOS_CHECK(index < in_flight.size());
-      const DirectFile& file = files[file_of_cluster.at(expert.cluster)];
+      const size_t index = free_index(in_flight);
       in_flight[index] = InFlight{key, &expert, *slot, Clock::now(), {}, true};
-      batch.push_back(ReadRequest{file.fd(), expert.offset, expert.bytes, slot->data, uint64_t(index)});
+      ++n_busy;
+      started.push_back(index);
     }
     if (!retry.empty()) {
       std::lock_guard q(queue_mutex);
       for (const auto& [key, queued] : retry) queue.emplace(key, queued);
     }
-    if (batch.empty()) return 0;
+    if (started.empty()) return 0;
+
+    std::vector<ReadRequest> batch;
+    for (const std::vector<size_t>& run : group_runs(started)) {
+      const size_t read_index = free_index(reads);
+      RunRead& read = reads[read_index];
+      read.used = true;
+      read.n_experts = int(run.size());
+      std::copy(run.begin(), run.end(), read.experts.begin());
+      const PackedExpert& head = *in_flight[run.front()].expert;
+      ReadRequest request{files[file_of_cluster.at(head.cluster)].fd(), head.offset, 0, nullptr, uint64_t(read_index)};
+      if (run.size() == 1) {
+        request.bytes = head.bytes;
+        request.dst = in_flight[run.front()].slot.data;
+      } else {
+        for (const size_t index : run) request.add_segment(in_flight[index].slot.data, in_flight[index].expert->bytes);
+      }
+      batch.push_back(request);
+    }
     if (n_in_flight == 0) busy_since = Clock::now();
     n_in_flight += batch.size();
     ring->submit(batch);
     return batch.size();
+  }
+
+  template <typename T>
+  static size_t free_index(const std::vector<T>& entries) {
+    const auto free = std::find_if(entries.begin(), entries.end(), [](const T& e) { return !e.used; });
+    CHRONOS_CHECK(free != entries.end());
+    return size_t(free - entries.begin());
+  }
+
+  // Splits the started experts (in_flight indices, most urgent first) into runs of experts that
+  // follow each other in one file, within the run caps; runs in the order of their most urgent
+  // member.
+  std::vector<std::vector<size_t>> group_runs(const std::vector<size_t>& started) const {
+    std::vector<size_t> by_file(started.size());  // positions in `started`
+    std::iota(by_file.begin(), by_file.end(), size_t(0));
+    const auto file_position = [&](size_t i) {
+      const PackedExpert& e = *in_flight[started[i]].expert;
+      return std::pair(file_of_cluster.at(e.cluster), e.offset);
+    };
+    if (max_run_experts > 1) {
+      std::sort(by_file.begin(), by_file.end(),
+                [&](size_t a, size_t b) { return file_position(a) < file_position(b); });
+    }
+    std::vector<std::pair<size_t, std::vector<size_t>>> runs;  // (most urgent position, in_flight indices)
+    int64_t run_bytes = 0;
+    for (size_t k = 0; k < by_file.size(); ++k) {
+      const size_t i = by_file[k];
+      const PackedExpert& expert = *in_flight[started[i]].expert;
+      bool extends = false;
+      if (k > 0 && !runs.empty()) {
+        const PackedExpert& previous = *in_flight[runs.back().second.back()].expert;
+        extends = previous.cluster == expert.cluster && previous.offset + previous.bytes == expert.offset &&
+                  std::ssize(runs.back().second) < max_run_experts && run_bytes + expert.bytes <= options.max_run_bytes;
+      }
+      if (extends) {
+        runs.back().first = std::min(runs.back().first, i);
+        runs.back().second.push_back(started[i]);
+        run_bytes += expert.bytes;
+      } else {
+        runs.push_back({i, {started[i]}});
+        run_bytes = expert.bytes;
+      }
+    }
+    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::vector<size_t>> out;
+    out.reserve(runs.size());
+    for (auto& run : runs) out.push_back(std::move(run.second));
+    return out;
   }
 
   // The slot's bytes are usable: on the CPU backend the read landed in the slot itself, so the
@@ -180,6 +307,7 @@ struct AsyncPrefetcher::Impl {
       stats.read_latency_seconds += seconds_between(f.submitted, Clock::now());
     }
     f.used = false;
+    --n_busy;
     loaded.notify_all();
   }
 
@@ -191,28 +319,48 @@ struct AsyncPrefetcher::Impl {
       cache.abort_load(f.key);
     }
     f.used = false;
+    --n_busy;
     fail(message);
     loaded.notify_all();
   }
 
+  // One IoRing request finished: each expert of its run is judged on the bytes that reached it.
   void complete(const ReadCompletion& done) {
-    const size_t index = size_t(done.user_data);
+    RunRead& read = reads[size_t(done.user_data)];
+    CHRONOS_CHECK(read.used);
+    {
+      std::lock_guard q(queue_mutex);
+      ++stats.io_requests;
+    }
+    int64_t run_offset = 0;  // bytes of the run before this expert
+    for (int i = 0; i < read.n_experts; ++i) {
+      const size_t index = read.experts[size_t(i)];
+      const int64_t extent = in_flight[index].expert->bytes;
+      complete_expert(index, done.error, std::clamp(done.bytes - run_offset, int64_t(0), extent));
+      run_offset += extent;
+    }
+    read.used = false;
+  }
+
+  // `landed`: bytes of this expert's extent that the read delivered.
+  void complete_expert(size_t index, int error, int64_t landed) {
     InFlight& f = in_flight[index];
     const PackCluster& cluster = manifest.clusters[file_of_cluster.at(f.expert->cluster)];
-    if (done.error != 0) {
+    if (error != 0) {
       abort(index, fmt::format("{}: layer {} expert {}: read failed: {}", cluster.file, f.key.layer, f.key.expert,
-                               std::strerror(done.error)));
+                               std::strerror(error)));
       return;
     }
-    if (done.bytes < f.expert->payload_bytes()) {
-      abort(index, fmt::format("{}: layer {} expert {}: short read ({} of {} bytes): the file is truncated", cluster.file,
-                               f.key.layer, f.key.expert, done.bytes, f.expert->bytes));
+    if (landed < f.expert->payload_bytes()) {
+      abort(index, fmt::format("{}: layer {} expert {}: short read ({} of {} bytes): the file is truncated",
+                               cluster.file, f.key.layer, f.key.expert, landed, f.expert->bytes));
       return;
     }
     if (options.verify_checksums) {
       try {
-        verify_expert_bytes(*f.expert, cluster.file,
-                            std::span<const std::byte>(static_cast<const std::byte*>(f.slot.data), size_t(f.expert->bytes)));
+        verify_expert_bytes(
+            *f.expert, cluster.file,
+            std::span<const std::byte>(static_cast<const std::byte*>(f.slot.data), size_t(f.expert->bytes)));
       } catch (const Error& e) {
         abort(index, e.what());
         return;
@@ -243,14 +391,14 @@ struct AsyncPrefetcher::Impl {
   void run() {
     std::vector<ReadCompletion> done;
     for (;;) {
-      std::vector<std::pair<ExpertKey, Queued>> picked;
+      std::vector<Picked> picked;
       {
         std::unique_lock q(queue_mutex);
         if (n_in_flight == 0 && delayed.empty()) {
           queue_cv.wait(q, [&] { return stopping || !queue.empty(); });
         }
         if (stopping && n_in_flight == 0) break;
-        if (!stopping) picked = take(in_flight.size() - n_in_flight - delayed.size());
+        if (!stopping) picked = take(in_flight.size() - n_busy);
       }
       if (issue(picked) == 0 && n_in_flight == 0 && delayed.empty() && !picked.empty()) {
         // Only demand requests waiting for a slot: the compute side must release one first.
@@ -262,7 +410,8 @@ struct AsyncPrefetcher::Impl {
         const auto next = std::min_element(delayed.begin(), delayed.end(), [&](size_t a, size_t b) {
           return in_flight[a].ready_at < in_flight[b].ready_at;
         });
-        const auto until = std::chrono::duration_cast<std::chrono::microseconds>(in_flight[*next].ready_at - Clock::now());
+        const auto until =
+            std::chrono::duration_cast<std::chrono::microseconds>(in_flight[*next].ready_at - Clock::now());
         timeout = std::max(std::chrono::microseconds(0), std::min(until, std::chrono::microseconds(200)));
         if (n_in_flight == 0 && timeout.count() > 0) std::this_thread::sleep_for(timeout);
       }
@@ -298,9 +447,9 @@ struct AsyncPrefetcher::Impl {
   }
 };
 
-AsyncPrefetcher::AsyncPrefetcher(const PackManifest& manifest, const std::filesystem::path& pack_dir, ExpertCache& cache,
-                                 std::mutex& cache_mutex, std::condition_variable& loaded, Backend& backend,
-                                 const Options& options)
+AsyncPrefetcher::AsyncPrefetcher(const PackManifest& manifest, const std::filesystem::path& pack_dir,
+                                 ExpertCache& cache, std::mutex& cache_mutex, std::condition_variable& loaded,
+                                 Backend& backend, const Options& options)
     : impl_(std::make_unique<Impl>(manifest, pack_dir, cache, cache_mutex, loaded, backend, options)) {}
 
 AsyncPrefetcher::~AsyncPrefetcher() = default;

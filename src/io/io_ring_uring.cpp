@@ -233,7 +233,6 @@ class UringRing final : public IoRing {
   const Options options_;
   io_uring ring_;
   std::vector<ReadState> slots_;       // [queue_depth] the reads the ring holds, by SQE user_data
-  std::vector<std::array<iovec, ReadRequest::kMaxSegments>> slot_iovecs_;  // [queue_depth] current pieces
   std::vector<unsigned> free_slots_;   // slots not holding a read
   std::vector<unsigned> to_issue_;     // slots whose next read still needs an SQE
   Fifo<ReadState> pending_;            // requests waiting for a free slot
@@ -241,6 +240,8 @@ class UringRing final : public IoRing {
   std::vector<iovec> registered_;      // fixed buffers, by index
   size_t n_in_kernel_ = 0;             // SQEs prepared whose CQE has not been seen
   size_t in_flight_ = 0;               // submitted, not yet reaped
+  // [queue_depth] the memory of each slot's current read (an SQE points here until its CQE)
+  std::vector<std::array<iovec, ReadRequest::kMaxSegments>> slot_iovecs_;
 };
 
 }  // namespace
