@@ -73,17 +73,17 @@ class Predictors {
 };
 
 struct PredictorTrainOptions {
-  int32_t horizon = 2;        // K: tokens ahead the LookaheadRouter predicts
-  int32_t rank = 256;         // R: LookaheadRouter hidden width
-  int32_t epochs = 30;        // LookaheadRouter epochs (at most; early stopping)
-  int32_t batch = 256;        // LookaheadRouter tokens per step
+  int32_t horizon = 2;  // K: tokens ahead the LookaheadRouter predicts
+  int32_t rank = 256;   // R: LookaheadRouter hidden width
+  int32_t epochs = 30;  // LookaheadRouter epochs (at most; early stopping)
+  int32_t batch = 256;  // LookaheadRouter tokens per step
   float lr = 1e-3f;
-  int32_t patience = 4;       // epochs without a better held-out loss before stopping
+  int32_t patience = 4;  // epochs without a better held-out loss before stopping
   int32_t intent_hidden = 256;
   int32_t intent_epochs = 300;  // IntentClassifier epochs (one example per sequence: many short epochs)
   int32_t intent_batch = 16;
   int32_t intent_patience = 30;
-  double holdout = 0.1;       // share of sequences held out (by sequence, seeded)
+  double holdout = 0.1;  // share of sequences held out (by sequence, seeded)
   uint64_t seed = 0;
 };
 
@@ -147,7 +147,7 @@ struct PredictorEvaluation {
   std::vector<MethodScores> intent;
   std::string frequency_source;  // "training traces" or "evaluation traces"
   double lookahead_flops = 0;
-  double layer_flops = 0;  // one MoE layer's per-token compute, 0 when no model was given
+  double layer_flops = 0;             // one MoE layer's per-token compute, 0 when no model was given
   std::vector<std::string> notes;     // approximations and missing baselines
   std::vector<std::string> verdicts;  // learned predictor vs. the best baseline, per horizon and budget
 };
@@ -155,7 +155,8 @@ struct PredictorEvaluation {
 // Evaluates `predictors` on `traces` (headers must match the predictors, else Error) against
 // the baselines: previous token's experts, global frequency, the later layer's gate on h0
 // (when `model` is given: its routers are used), and the oracle.
-PredictorEvaluation evaluate_predictors(Predictors& predictors, std::span<const TraceReader> traces, const Model* model);
+PredictorEvaluation evaluate_predictors(Predictors& predictors, std::span<const TraceReader> traces,
+                                        const Model* model);
 
 std::string format_evaluation(const PredictorEvaluation& evaluation);  // the table, for a terminal
 std::string evaluation_json(const PredictorEvaluation& evaluation);    // everything, as JSON

@@ -95,26 +95,31 @@ int run_eval(const EvalArgs& args) {
 Command register_train_predictors(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   PredictorTrainOptions& o = args->options;
-  CLI::App* sub = app.add_subcommand("train-predictors", "Train the LookaheadRouter and IntentClassifier on routing traces");
+  CLI::App* sub =
+      app.add_subcommand("train-predictors", "Train the LookaheadRouter and IntentClassifier on routing traces");
   sub->add_option("--traces", args->traces, "Folder of .ctrace files (chronos trace)")->required();
-  sub->add_option("-o,--out", args->out, "Output folder (a pack folder): predictors.safetensors + predictors.json")->required();
+  sub->add_option("-o,--out", args->out, "Output folder (a pack folder): predictors.safetensors + predictors.json")
+      ->required();
   sub->add_option("--epochs", o.epochs, "LookaheadRouter epochs at most (early stopping)")->capture_default_str();
   sub->add_option("--lr", o.lr, "Adam learning rate")->capture_default_str();
   sub->add_option("--batch", o.batch, "LookaheadRouter tokens per step")->capture_default_str();
   sub->add_option("--horizon", o.horizon, "K: tokens ahead to predict")->capture_default_str();
   sub->add_option("--rank", o.rank, "R: LookaheadRouter hidden width")->capture_default_str();
-  sub->add_option("--patience", o.patience, "Epochs without a better held-out loss before stopping")->capture_default_str();
+  sub->add_option("--patience", o.patience, "Epochs without a better held-out loss before stopping")
+      ->capture_default_str();
   sub->add_option("--intent-hidden", o.intent_hidden, "IntentClassifier hidden width")->capture_default_str();
   sub->add_option("--intent-epochs", o.intent_epochs, "IntentClassifier epochs at most")->capture_default_str();
   sub->add_option("--holdout", o.holdout, "Share of sequences held out")->capture_default_str();
   sub->add_option("-s,--seed", o.seed, "Seed (split, initialization, batch order)")->capture_default_str();
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs; the result does not depend on it)");
+  sub->add_option("-t,--threads", args->threads,
+                  "Threads (default: all available CPUs; the result does not depend on it)");
   return Command{sub, [args] { return run_train(*args); }};
 }
 
 Command register_eval_predictors(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
-  CLI::App* sub = app.add_subcommand("eval-predictors", "Evaluate trained predictors on (held-out) traces against baselines");
+  CLI::App* sub =
+      app.add_subcommand("eval-predictors", "Evaluate trained predictors on (held-out) traces against baselines");
   sub->add_option("-m,--model", args->pack, "Folder with predictors.safetensors (a pack folder)")->required();
   sub->add_option("--traces", args->traces, "Folder of .ctrace files to evaluate on")->required();
   sub->add_option("--router-model", args->model,

@@ -32,7 +32,8 @@ TraceData load_trace_data(std::span<const TraceReader> traces) {
   const TraceHeader& first = traces.front().header();
   data.shape = TraceShape{first.n_embd, first.n_expert, first.n_expert_used, first.moe_layers};
   data.model_fingerprint = first.fingerprint;
-  if (data.shape.moe_layers.empty()) throw_error("{}: no MoE layers in the trace header", traces.front().path().string());
+  if (data.shape.moe_layers.empty())
+    throw_error("{}: no MoE layers in the trace header", traces.front().path().string());
   const int64_t d = first.n_embd, E = first.n_expert, L = data.shape.n_moe_layers();
   data.seq_begin.push_back(0);
   for (const TraceReader& reader : traces) {
@@ -49,8 +50,9 @@ TraceData load_trace_data(std::span<const TraceReader> traces) {
             data.probs.push_back(p);
             sum += p;
           }
-          if (!(sum > 0)) throw_error("{}: sequence {}: router probabilities of a token sum to {}",
-                                      reader.path().string(), seq.prompt_id, sum);
+          if (!(sum > 0))
+            throw_error("{}: sequence {}: router probabilities of a token sum to {}", reader.path().string(),
+                        seq.prompt_id, sum);
           // f16 storage leaves the sums a little off 1; the loss wants exact distributions.
           for (int64_t e = 0; e < E; ++e) data.probs[base + size_t(e)] = float(data.probs[base + size_t(e)] / sum);
         }

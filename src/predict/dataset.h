@@ -68,9 +68,9 @@ void pool_prompt(const float* h0_rows, int64_t n_tokens, int64_t n_embd, float* 
 
 // One IntentClassifier example per sequence with at least one prompt and one generated token.
 struct IntentExamples {
-  std::vector<int64_t> sequence;  // [n] index in TraceData
-  std::vector<float> features;    // [n, 2 * n_embd] pool_prompt of the prompt tokens
-  std::vector<float> target;      // [n, n_moe_layers * n_expert] share of generated top-k picks
+  std::vector<int64_t> sequence;    // [n] index in TraceData
+  std::vector<float> features;      // [n, 2 * n_embd] pool_prompt of the prompt tokens
+  std::vector<float> target;        // [n, n_moe_layers * n_expert] share of generated top-k picks
   std::vector<float> prompt_share;  // [n, n_moe_layers * n_expert] same over the prompt tokens
   int64_t size() const { return std::ssize(sequence); }
 };

@@ -72,8 +72,9 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
   if (freq.empty()) {
     freq = expert_frequency(data);
     ev.frequency_source = "evaluation traces";
-    ev.notes.push_back("the predictors carry no training frequencies: the frequency baseline is measured on the "
-                       "evaluation traces themselves (optimistic for that baseline)");
+    ev.notes.push_back(
+        "the predictors carry no training frequencies: the frequency baseline is measured on the "
+        "evaluation traces themselves (optimistic for that baseline)");
   }
   std::vector<std::vector<int32_t>> freq_order(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) rank(freq.data() + l * E, E, freq_order[size_t(l)]);
@@ -90,16 +91,18 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
       layer_weights.push_back(&model->weights().layers[size_t(layer)]);
     }
     ev.layer_flops = moe_layer_flops(c);
-    ev.notes.push_back("gate baseline: layer l's router applied to h0 times layer l's post-attention RMSNorm weight "
-                       "(the RMS factor itself does not change the ranking); the residual updates between block 0 "
-                       "and layer l's router are skipped");
+    ev.notes.push_back(
+        "gate baseline: layer l's router applied to h0 times layer l's post-attention RMSNorm weight "
+        "(the RMS factor itself does not change the ranking); the residual updates between block 0 "
+        "and layer l's router are skipped");
   } else {
     ev.notes.push_back("gate baseline not computed: no model with router weights was given");
   }
-  ev.notes.push_back("previous_token baseline: horizon 0 uses token t-1's experts at the same layer (token t's own "
-                     "later layers are what is predicted); horizon h >= 1 uses token t's experts, h tokens before "
-                     "the target, which the decoder only knows after token t has run all layers (favours the "
-                     "baseline); budgets beyond k are filled by global frequency");
+  ev.notes.push_back(
+      "previous_token baseline: horizon 0 uses token t-1's experts at the same layer (token t's own "
+      "later layers are what is predicted); horizon h >= 1 uses token t's experts, h tokens before "
+      "the target, which the decoder only knows after token t has run all layers (favours the "
+      "baseline); budgets beyond k are filled by global frequency");
 
   // LookaheadRouter.
   for (int32_t b : {k, 2 * k, 4 * k}) {
@@ -108,8 +111,8 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
   }
   const std::vector<std::string> methods = {"lookahead", "previous_token", "frequency", "gate", "oracle"};
   const size_t n_budgets = ev.lookahead_budgets.size();
-  std::vector<std::vector<std::vector<double>>> sums(methods.size(),
-      std::vector<std::vector<double>>(size_t(K + 1), std::vector<double>(n_budgets, 0.0)));
+  std::vector<std::vector<std::vector<double>>> sums(
+      methods.size(), std::vector<std::vector<double>>(size_t(K + 1), std::vector<double>(n_budgets, 0.0)));
   std::vector<int64_t> terms(size_t(K + 1), 0);
   ev.positions.assign(size_t(K + 1), 0);
   MlpWork<float> work;
@@ -134,7 +137,8 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
         const std::span<const int32_t> truth(data.top_ids.data() + (t + h) * ids_stride + l * k, size_t(k));
         rank(work.out.data() + int64_t(slot) * E, E, order);
         add_recall(order, truth, ev.lookahead_budgets, sums[0][size_t(h)]);
-        rank_with_fill(std::span(data.top_ids.data() + known * ids_stride + l * k, size_t(k)), freq_order[size_t(l)], order);
+        rank_with_fill(std::span(data.top_ids.data() + known * ids_stride + l * k, size_t(k)), freq_order[size_t(l)],
+                       order);
         add_recall(order, truth, ev.lookahead_budgets, sums[1][size_t(h)]);
         add_recall(freq_order[size_t(l)], truth, ev.lookahead_budgets, sums[2][size_t(h)]);
         if (h == 0 && !layer_weights.empty()) {
@@ -161,7 +165,8 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
   // IntentClassifier.
   const IntentExamples ex = intent_examples(data);
   ev.intent_sequences = ex.size();
-  for (int32_t percent : {25, 50}) ev.intent_budgets.push_back(int32_t(std::max<int64_t>(1, std::llround(double(E * percent) / 100.0))));
+  for (int32_t percent : {25, 50})
+    ev.intent_budgets.push_back(int32_t(std::max<int64_t>(1, std::llround(double(E * percent) / 100.0))));
   const std::vector<std::string> intent_methods = {"intent", "prompt_experts", "frequency", "oracle"};
   std::vector<std::vector<double>> cover(intent_methods.size(), std::vector<double>(ev.intent_budgets.size(), 0.0));
   std::vector<float> prompt_scores(static_cast<size_t>(E));
@@ -195,14 +200,16 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
   }
 
   // Verdicts: the learned predictor against the best non-oracle baseline.
-  const auto verdict = [&](const std::vector<MethodScores>& rows, const std::string& learned, int32_t horizon,
-                           size_t b, int32_t budget, const std::string& what) {
+  const auto verdict = [&](const std::vector<MethodScores>& rows, const std::string& learned, int32_t horizon, size_t b,
+                           int32_t budget, const std::string& what) {
     const MethodScores* mine = nullptr;
     const MethodScores* best = nullptr;
     for (const MethodScores& r : rows) {
       if (r.horizon != horizon || r.method == "oracle") continue;
-      if (r.method == learned) mine = &r;
-      else if (best == nullptr || r.values[b] > best->values[b]) best = &r;
+      if (r.method == learned)
+        mine = &r;
+      else if (best == nullptr || r.values[b] > best->values[b])
+        best = &r;
     }
     // At B = E every method names every expert: nothing to compare.
     if (mine == nullptr || best == nullptr || std::isnan(mine->values[b]) || budget >= E) return;
@@ -223,7 +230,8 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
 
 namespace chronos {
 
-PredictorEvaluation evaluate_predictors(Predictors& predictors, std::span<const TraceReader> traces, const Model* model) {
+PredictorEvaluation evaluate_predictors(Predictors& predictors, std::span<const TraceReader> traces,
+                                        const Model* model) {
   const predict::PredictorPack& pack = predictors.pack();
   for (const TraceReader& reader : traces) {
     predict::check_trace_shape(pack.shape, reader.header(),
@@ -238,9 +246,10 @@ PredictorEvaluation evaluate_predictors(Predictors& predictors, std::span<const 
 
 std::string format_evaluation(const PredictorEvaluation& ev) {
   const auto cell = [](double v) { return std::isnan(v) ? std::string("   n/a") : fmt::format("{:6.3f}", v); };
-  std::string out = fmt::format("LookaheadRouter: recall of the real top-{} when B experts per layer may be named "
-                                "({} sequences, {} tokens; decode positions)\n",
-                                ev.n_expert_used, ev.n_sequences, ev.n_tokens);
+  std::string out = fmt::format(
+      "LookaheadRouter: recall of the real top-{} when B experts per layer may be named "
+      "({} sequences, {} tokens; decode positions)\n",
+      ev.n_expert_used, ev.n_sequences, ev.n_tokens);
   out += fmt::format("{:>7} {:>9}  {:<15}", "horizon", "positions", "method");
   for (int32_t b : ev.lookahead_budgets) out += fmt::format("  {:>6}", fmt::format("B={}", b));
   out += "\n";
@@ -255,9 +264,10 @@ std::string format_evaluation(const PredictorEvaluation& ev) {
       first = false;
     }
   }
-  out += fmt::format("\nIntentClassifier: share of the generation's expert activations covered by the top-B experts "
-                     "per layer ({} sequences)\n",
-                     ev.intent_sequences);
+  out += fmt::format(
+      "\nIntentClassifier: share of the generation's expert activations covered by the top-B experts "
+      "per layer ({} sequences)\n",
+      ev.intent_sequences);
   out += fmt::format("{:<15}", "method");
   for (int32_t b : ev.intent_budgets) out += fmt::format("  {:>6}", fmt::format("B={}", b));
   out += "\n";
@@ -292,14 +302,20 @@ std::string evaluation_json(const PredictorEvaluation& ev) {
     }
     return out;
   };
-  Json root = {{"horizon", ev.horizon}, {"n_expert", ev.n_expert}, {"n_expert_used", ev.n_expert_used},
-               {"sequences", ev.n_sequences}, {"tokens", ev.n_tokens}};
+  Json root = {{"horizon", ev.horizon},
+               {"n_expert", ev.n_expert},
+               {"n_expert_used", ev.n_expert_used},
+               {"sequences", ev.n_sequences},
+               {"tokens", ev.n_tokens}};
   root["lookahead"] = {{"metric", "recall of the real top-k set of token t+h with B experts per layer"},
-                       {"budgets", ev.lookahead_budgets}, {"positions", ev.positions},
+                       {"budgets", ev.lookahead_budgets},
+                       {"positions", ev.positions},
                        {"rows", rows(ev.lookahead, ev.lookahead_budgets)}};
-  root["intent"] = {{"metric", "share of the generated tokens' expert activations covered by the top-B experts per layer"},
-                    {"budgets", ev.intent_budgets}, {"sequences", ev.intent_sequences},
-                    {"rows", rows(ev.intent, ev.intent_budgets)}};
+  root["intent"] = {
+      {"metric", "share of the generated tokens' expert activations covered by the top-B experts per layer"},
+      {"budgets", ev.intent_budgets},
+      {"sequences", ev.intent_sequences},
+      {"rows", rows(ev.intent, ev.intent_budgets)}};
   root["frequency_source"] = ev.frequency_source;
   root["cost"] = {{"lookahead_flops_per_token", ev.lookahead_flops},
                   {"moe_layer_flops_per_token", ev.layer_flops > 0 ? Json(ev.layer_flops) : Json()}};

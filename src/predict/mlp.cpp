@@ -124,8 +124,8 @@ double mlp_loss(const Mlp<T>& net, const T* x, const T* target, const uint8_t* m
 }
 
 template <typename T>
-double mlp_loss_and_grad(const Mlp<T>& net, const T* x, const T* target, const uint8_t* mask, int64_t n,
-                         MlpWork<T>& w, T* grad) {
+double mlp_loss_and_grad(const Mlp<T>& net, const T* x, const T* target, const uint8_t* mask, int64_t n, MlpWork<T>& w,
+                         T* grad) {
   const double loss = forward_impl(net, x, n, w, target, mask);
   const int64_t n_in = net.n_in, n_hidden = net.n_hidden, n_out = net.n_out, group = net.group;
   const int64_t n_groups = net.n_groups();
@@ -202,8 +202,7 @@ template struct MlpWork<double>;
 template void mlp_forward(const Mlp<float>&, const float*, int64_t, MlpWork<float>&);
 template void mlp_forward(const Mlp<double>&, const double*, int64_t, MlpWork<double>&);
 template double mlp_loss(const Mlp<float>&, const float*, const float*, const uint8_t*, int64_t, MlpWork<float>&);
-template double mlp_loss(const Mlp<double>&, const double*, const double*, const uint8_t*, int64_t,
-                         MlpWork<double>&);
+template double mlp_loss(const Mlp<double>&, const double*, const double*, const uint8_t*, int64_t, MlpWork<double>&);
 template double mlp_loss_and_grad(const Mlp<float>&, const float*, const float*, const uint8_t*, int64_t,
                                   MlpWork<float>&, float*);
 template double mlp_loss_and_grad(const Mlp<double>&, const double*, const double*, const uint8_t*, int64_t,

@@ -39,19 +39,19 @@ void seeded_shuffle(std::vector<Index>& items, SplitMix64& rng) {
 template <typename T>
 struct Mlp {
   int64_t n_in = 0, n_hidden = 0, n_out = 0, group = 0;  // n_out is a multiple of group
-  std::vector<T> in_mean;   // [n_in]
-  std::vector<T> in_scale;  // [n_in]
-  std::vector<T> params;    // [n_params()]
+  std::vector<T> in_mean;                                // [n_in]
+  std::vector<T> in_scale;                               // [n_in]
+  std::vector<T> params;                                 // [n_params()]
 
   Mlp() = default;
   Mlp(int64_t in, int64_t hidden, int64_t out, int64_t group_size);
 
   int64_t n_groups() const { return n_out / group; }
   int64_t n_params() const { return n_hidden * n_in + n_hidden + n_out * n_hidden + n_out; }
-  int64_t w1_offset() const { return 0; }                                // [n_hidden, n_in]
-  int64_t b1_offset() const { return n_hidden * n_in; }                  // [n_hidden]
-  int64_t w2_offset() const { return b1_offset() + n_hidden; }           // [n_out, n_hidden]
-  int64_t b2_offset() const { return w2_offset() + n_out * n_hidden; }   // [n_out]
+  int64_t w1_offset() const { return 0; }                               // [n_hidden, n_in]
+  int64_t b1_offset() const { return n_hidden * n_in; }                 // [n_hidden]
+  int64_t w2_offset() const { return b1_offset() + n_hidden; }          // [n_out, n_hidden]
+  int64_t b2_offset() const { return w2_offset() + n_out * n_hidden; }  // [n_out]
   const T* w1() const { return params.data() + w1_offset(); }
   const T* b1() const { return params.data() + b1_offset(); }
   const T* w2() const { return params.data() + w2_offset(); }

@@ -55,8 +55,7 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
 }
 
 // Copies a tensor that must be F32 with exactly `shape` into `out`.
-void read_f32(const SafetensorsFile& file, const std::string& name, const std::vector<int64_t>& shape,
-              float* out) {
+void read_f32(const SafetensorsFile& file, const std::string& name, const std::vector<int64_t>& shape, float* out) {
   const TensorInfo* t = file.find(name);
   if (t == nullptr) throw_error("{}: tensor {} is missing", file.path().string(), name);
   if (t->dtype != DType::kF32) throw_error("{}: tensor {}: dtype is not F32", file.path().string(), name);
@@ -88,7 +87,8 @@ void save_pack(const PredictorPack& pack, const fs::path& dir) {
   for (const Slot& s : pack.slots) slots.insert(slots.end(), {s.horizon, s.moe_index});
   tensors.push_back({"lookahead.slots", DType::kI32, {std::ssize(pack.slots), 2}, std::as_bytes(std::span(slots))});
   add_mlp(tensors, "intent.", pack.intent, storage);
-  if (!pack.frequency.empty()) tensors.push_back({"stats.expert_frequency", DType::kF32, {L, E}, bytes_of(pack.frequency)});
+  if (!pack.frequency.empty())
+    tensors.push_back({"stats.expert_frequency", DType::kF32, {L, E}, bytes_of(pack.frequency)});
 
   Json slots_json = Json::array();
   for (const Slot& s : pack.slots) slots_json.push_back({s.horizon, pack.shape.moe_layers[size_t(s.moe_index)]});
@@ -98,17 +98,19 @@ void save_pack(const PredictorPack& pack, const fs::path& dir) {
                    {"n_expert", pack.shape.n_expert},
                    {"n_expert_used", pack.shape.n_expert_used},
                    {"moe_layers", pack.shape.moe_layers}};
-  root["lookahead"] = {{"architecture", "Linear(n_embd,rank) -> SiLU -> Linear(rank,n_slots*n_expert), softmax per slot"},
-                       {"input", "h0 (hidden state after block 0), standardized by lookahead.input_mean/input_scale"},
-                       {"horizon", pack.horizon},
-                       {"rank", pack.lookahead.n_hidden},
-                       {"slots", slots_json},
-                       {"params", pack.lookahead.n_params()},
-                       {"flops_per_token", pack.lookahead.forward_flops()}};
-  root["intent"] = {{"architecture", "Linear(2*n_embd,hidden) -> SiLU -> Linear(hidden,n_moe_layers*n_expert), softmax per layer"},
-                    {"input", fmt::format("[mean, max] of h0 over the first {} prompt tokens, standardized", kMaxPromptTokens)},
-                    {"hidden", pack.intent.n_hidden},
-                    {"params", pack.intent.n_params()}};
+  root["lookahead"] = {
+      {"architecture", "Linear(n_embd,rank) -> SiLU -> Linear(rank,n_slots*n_expert), softmax per slot"},
+      {"input", "h0 (hidden state after block 0), standardized by lookahead.input_mean/input_scale"},
+      {"horizon", pack.horizon},
+      {"rank", pack.lookahead.n_hidden},
+      {"slots", slots_json},
+      {"params", pack.lookahead.n_params()},
+      {"flops_per_token", pack.lookahead.forward_flops()}};
+  root["intent"] = {
+      {"architecture", "Linear(2*n_embd,hidden) -> SiLU -> Linear(hidden,n_moe_layers*n_expert), softmax per layer"},
+      {"input", fmt::format("[mean, max] of h0 over the first {} prompt tokens, standardized", kMaxPromptTokens)},
+      {"hidden", pack.intent.n_hidden},
+      {"params", pack.intent.n_params()}};
   for (const auto& [key, value] : pack.training.items()) root[key] = value;
 
   fs::create_directories(dir);
@@ -149,8 +151,9 @@ std::unique_ptr<PredictorPack> load_pack(const fs::path& dir) {
       if (root.contains(key)) pack->training[key] = root[key];
     pack->slots = lookahead_slots(pack->shape, pack->horizon);
     const Json& slots = root.at("lookahead").at("slots");
-    if (slots.size() != pack->slots.size()) throw_error("{}: lookahead.slots has {} entries, expected {}",
-                                                        json_path.string(), slots.size(), pack->slots.size());
+    if (slots.size() != pack->slots.size())
+      throw_error("{}: lookahead.slots has {} entries, expected {}", json_path.string(), slots.size(),
+                  pack->slots.size());
     for (size_t i = 0; i < slots.size(); ++i)
       if (slots[i].at(0).get<int32_t>() != pack->slots[i].horizon ||
           slots[i].at(1).get<int32_t>() != pack->shape.moe_layers[size_t(pack->slots[i].moe_index)])

@@ -18,12 +18,11 @@ struct Predictors::Scratch {
 namespace {
 
 // Appends the top `count` entries of probs[order.size()] in decreasing order (ties: lower id first).
-void append_top(const float* probs, int32_t count, int32_t layer, int32_t horizon,
-                std::vector<int32_t>& order, std::vector<ExpertScore>& out) {
+void append_top(const float* probs, int32_t count, int32_t layer, int32_t horizon, std::vector<int32_t>& order,
+                std::vector<ExpertScore>& out) {
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
-    return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + count, order.end(),
+                    [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
   for (int32_t i = 0; i < count; ++i) out.push_back({{layer, order[size_t(i)]}, horizon, probs[order[size_t(i)]]});
 }
 

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
 
 #include "chronos/error.h"
 #include "chronos/predictors.h"
@@ -81,7 +82,8 @@ class Trainer {
           shard.loss = predict::mlp_loss_and_grad(net_, shard.x.data(), shard.target.data(), shard.mask.data(), count,
                                                   shard.work, shard.grad.data());
         } else {
-          shard.loss = predict::mlp_loss(net_, shard.x.data(), shard.target.data(), shard.mask.data(), count, shard.work);
+          shard.loss =
+              predict::mlp_loss(net_, shard.x.data(), shard.target.data(), shard.mask.data(), count, shard.work);
         }
       });
       int64_t round_terms = 0;
@@ -113,8 +115,8 @@ class Trainer {
   std::vector<float> grad_;
 };
 
-FitResult fit(Mlp<float>& net, const FillFn& train_fill, int64_t n_train, const FillFn& heldout_fill,
-              int64_t n_heldout, const FitSettings& settings, ThreadPool& pool, const TrainCallbacks& callbacks) {
+FitResult fit(Mlp<float>& net, const FillFn& train_fill, int64_t n_train, const FillFn& heldout_fill, int64_t n_heldout,
+              const FitSettings& settings, ThreadPool& pool, const TrainCallbacks& callbacks) {
   Trainer trainer(net, pool, settings.batch);
   predict::Adam adam;
   adam.lr = settings.lr;
@@ -155,9 +157,10 @@ FitResult fit(Mlp<float>& net, const FillFn& train_fill, int64_t n_train, const 
       ++since_best;
     }
     result.epochs_run = epoch;
-    result.history.push_back({{"epoch", epoch},
-                              {"train_loss", report.train_loss},
-                              {"heldout_loss", n_heldout > 0 ? nlohmann::json(report.heldout_loss) : nlohmann::json()}});
+    result.history.push_back(
+        {{"epoch", epoch},
+         {"train_loss", report.train_loss},
+         {"heldout_loss", n_heldout > 0 ? nlohmann::json(report.heldout_loss) : nlohmann::json()}});
     if (callbacks.on_epoch) callbacks.on_epoch(report);
     if (since_best >= settings.patience) break;
   }
@@ -199,13 +202,15 @@ FillFn intent_fill(const predict::IntentExamples& ex, int64_t n_in, int64_t n_ou
 }
 
 void check_options(const PredictorTrainOptions& o) {
-  if (o.horizon < 0 || o.horizon > 16) throw UsageError(fmt::format("--horizon must be in [0, 16] (got {})", o.horizon));
+  if (o.horizon < 0 || o.horizon > 16)
+    throw UsageError(fmt::format("--horizon must be in [0, 16] (got {})", o.horizon));
   if (o.rank < 1 || o.intent_hidden < 1) throw UsageError("--rank and --intent-hidden must be >= 1");
   if (o.epochs < 1 || o.intent_epochs < 0) throw UsageError("--epochs must be >= 1 (--intent-epochs >= 0)");
   if (o.batch < 1 || o.intent_batch < 1) throw UsageError("--batch must be >= 1");
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw UsageError("--lr must be > 0");
   if (o.patience < 1 || o.intent_patience < 1) throw UsageError("--patience must be >= 1");
-  if (!(o.holdout >= 0 && o.holdout < 1)) throw UsageError(fmt::format("--holdout must be in [0, 1) (got {})", o.holdout));
+  if (!(o.holdout >= 0 && o.holdout < 1))
+    throw UsageError(fmt::format("--holdout must be in [0, 1) (got {})", o.holdout));
 }
 
 }  // namespace
@@ -224,9 +229,11 @@ PredictorTrainSummary train_predictors(std::span<const TraceReader> traces, cons
   std::iota(perm.begin(), perm.end(), 0);
   predict::SplitMix64 split_rng(options.seed ^ 0x9d2c5680a5b3e1f1ull);
   predict::seeded_shuffle(perm, split_rng);
-  int64_t n_heldout = options.holdout > 0 && n_seq >= 2 ? std::max<int64_t>(1, std::llround(options.holdout * double(n_seq))) : 0;
+  int64_t n_heldout =
+      options.holdout > 0 && n_seq >= 2 ? std::max<int64_t>(1, std::llround(options.holdout * double(n_seq))) : 0;
   n_heldout = std::min(n_heldout, n_seq - 1);
-  std::vector<int64_t> heldout_ids(perm.begin(), perm.begin() + n_heldout), train_ids(perm.begin() + n_heldout, perm.end());
+  std::vector<int64_t> heldout_ids(perm.begin(), perm.begin() + n_heldout),
+      train_ids(perm.begin() + n_heldout, perm.end());
   std::sort(heldout_ids.begin(), heldout_ids.end());
   std::sort(train_ids.begin(), train_ids.end());
   const predict::TraceData train = predict::select_sequences(all, train_ids);
@@ -254,10 +261,11 @@ PredictorTrainSummary train_predictors(std::span<const TraceReader> traces, cons
   pack->lookahead.init(options.seed ^ 0x1111);
   predict::input_statistics(train.h0.data(), train.n_tokens(), d, pack->lookahead.in_mean, pack->lookahead.in_scale);
   std::vector<int64_t> train_end, heldout_end;
-  const FitResult look = fit(pack->lookahead, lookahead_fill(train, pack->slots, train_end), train.n_tokens(),
-                             lookahead_fill(heldout, pack->slots, heldout_end), heldout.n_tokens(),
-                             {"lookahead", options.epochs, options.batch, options.patience, options.lr, options.seed ^ 0x2222},
-                             pool, callbacks);
+  const FitResult look =
+      fit(pack->lookahead, lookahead_fill(train, pack->slots, train_end), train.n_tokens(),
+          lookahead_fill(heldout, pack->slots, heldout_end), heldout.n_tokens(),
+          {"lookahead", options.epochs, options.batch, options.patience, options.lr, options.seed ^ 0x2222}, pool,
+          callbacks);
 
   // IntentClassifier.
   const predict::IntentExamples intent_train = predict::intent_examples(train);
@@ -290,18 +298,26 @@ PredictorTrainSummary train_predictors(std::span<const TraceReader> traces, cons
        {{"trace_files", files},
         {"data_fingerprint", summary.data_fingerprint},
         {"seed", options.seed},
-        {"lr", options.lr},
+        {"lr", std::stod(fmt::format("{}", options.lr))},  // the flag's decimal value, not its f32 expansion
         {"batch", options.batch},
         {"holdout", options.holdout},
         {"optimizer", "Adam(beta1=0.9, beta2=0.999, eps=1e-8), early stopping on held-out loss"},
         {"loss", "soft cross-entropy against the traced router softmax, mean over (token, horizon, layer) terms"},
         {"sequences", {{"train", summary.train_sequences}, {"heldout", summary.heldout_sequences}}},
         {"tokens", {{"train", summary.train_tokens}, {"heldout", summary.heldout_tokens}}},
-        {"lookahead", {{"epochs_run", look.epochs_run}, {"best_epoch", look.best_epoch}, {"patience", options.patience},
-                       {"history", look.history}}},
-        {"intent", {{"examples_train", intent_train.size()}, {"examples_heldout", intent_heldout.size()},
-                    {"epochs_run", intent.epochs_run}, {"best_epoch", intent.best_epoch},
-                    {"batch", options.intent_batch}, {"patience", options.intent_patience}, {"history", intent.history}}}}}};
+        {"lookahead",
+         {{"epochs_run", look.epochs_run},
+          {"best_epoch", look.best_epoch},
+          {"patience", options.patience},
+          {"history", look.history}}},
+        {"intent",
+         {{"examples_train", intent_train.size()},
+          {"examples_heldout", intent_heldout.size()},
+          {"epochs_run", intent.epochs_run},
+          {"best_epoch", intent.best_epoch},
+          {"batch", options.intent_batch},
+          {"patience", options.intent_patience},
+          {"history", intent.history}}}}}};
   pack->training["heldout"] = {{"lookahead_loss", number_or_null(look.best_heldout)},
                                {"intent_loss", number_or_null(intent.best_heldout)}};
 

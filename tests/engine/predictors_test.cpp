@@ -139,8 +139,8 @@ TEST(PredictorMlp, FloatPathAgreesWithDouble) {
   std::vector<double> gd(size_t(c.net.n_params()), 0.0);
   std::vector<float> gf(size_t(f.n_params()), 0.0f);
   const double ld = predict::mlp_loss_and_grad(c.net, c.x.data(), c.target.data(), c.mask.data(), c.n, wd, gd.data());
-  const double lf = predict::mlp_loss_and_grad(f, narrow(c.x).data(), narrow(c.target).data(), c.mask.data(), c.n, wf,
-                                               gf.data());
+  const double lf =
+      predict::mlp_loss_and_grad(f, narrow(c.x).data(), narrow(c.target).data(), c.mask.data(), c.n, wf, gf.data());
   EXPECT_NEAR(lf, ld, 1e-4 * std::abs(ld));
   for (size_t i = 0; i < gd.size(); ++i) EXPECT_NEAR(gf[i], gd[i], 1e-4 * (1 + std::abs(gd[i]))) << i;
 }
@@ -353,7 +353,8 @@ TEST(PredictorPack, DamagedFilesAreErrors) {
   ASSERT_NE(at, std::string::npos);
   json.replace(at, 10, "\"rank\": 31");
   std::ofstream(tmp.path() / "pack" / "predictors.json", std::ios::binary | std::ios::trunc) << json;
-  expect_error([&] { Predictors::load(tmp.path() / "pack"); }, {"lookahead.fc1.weight", "shape [32,16], expected [31,16]"});
+  expect_error([&] { Predictors::load(tmp.path() / "pack"); },
+               {"lookahead.fc1.weight", "shape [32,16], expected [31,16]"});
   fs::remove(tmp.path() / "pack" / "predictors.json");
   expect_error([&] { Predictors::load(tmp.path() / "pack"); }, {"predictors.json", "missing"});
 }
@@ -466,10 +467,10 @@ TEST(PredictorEvaluationTest, MetricsMatchHandComputedValues) {
   // Intent: generated shares [0, 1/3, 2/3, 0] (held as f32); budgets 25% and 50% of 4 experts = 1, 2.
   ASSERT_EQ(ev.intent_budgets, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(ev.intent_sequences, 1);
-  expect_row(ev.intent, "intent", kIntentHorizon, {2.0 / 3, 2.0 / 3}, 1e-6);          // [2, 3]
-  expect_row(ev.intent, "prompt_experts", kIntentHorizon, {0, 0}, 1e-6);               // prompt used 3 and 0
-  expect_row(ev.intent, "frequency", kIntentHorizon, {0, 2.0 / 3}, 1e-6);              // [3, 2]
-  expect_row(ev.intent, "oracle", kIntentHorizon, {2.0 / 3, 1}, 1e-6);                 // [2, 1]
+  expect_row(ev.intent, "intent", kIntentHorizon, {2.0 / 3, 2.0 / 3}, 1e-6);  // [2, 3]
+  expect_row(ev.intent, "prompt_experts", kIntentHorizon, {0, 0}, 1e-6);      // prompt used 3 and 0
+  expect_row(ev.intent, "frequency", kIntentHorizon, {0, 2.0 / 3}, 1e-6);     // [3, 2]
+  expect_row(ev.intent, "oracle", kIntentHorizon, {2.0 / 3, 1}, 1e-6);        // [2, 1]
   EXPECT_EQ(ev.frequency_source, "training traces");
   // B = 1 at horizon 1: learned 0.5 ties previous_token 0.5, which is not "beating" it.
   bool found = false;
