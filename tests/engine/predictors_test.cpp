@@ -10,6 +10,8 @@
 
 #include "chronos/dtype.h"
 #include "chronos/error.h"
+#include "chronos/model.h"
+#include "chronos/pack_format.h"
 #include "chronos/predictors.h"
 #include "chronos/thread_pool.h"
 #include "chronos/trace.h"
@@ -483,6 +485,77 @@ TEST(PredictorEvaluationTest, MetricsMatchHandComputedValues) {
   const std::string table = format_evaluation(ev);
   EXPECT_NE(table.find("previous_token"), std::string::npos);
   EXPECT_NE(evaluation_json(ev).find("\"positions\""), std::string::npos);
+}
+
+// The gate baseline uses layer l's own router and post-attention norm weights: on a trace whose
+// layer-2 experts are, by construction, the top-2 of that gate (scalar reference below), it has
+// recall 1; on one whose experts are the gate's bottom 2, recall 0 even at B = 4.
+TEST(PredictorEvaluationTest, GateBaselineUsesTheLaterLayersRouter) {
+  const fs::path model_dir = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_moe-f32";
+  const auto model = Model::load(model_dir);
+  const ModelConfig& c = model->config();
+  ASSERT_EQ(c.n_embd, 64);
+  ASSERT_TRUE(c.layer_is_moe[0] && !c.layer_is_moe[1] && c.layer_is_moe[2]);
+  const LayerWeights& layer2 = model->weights().layers[2];
+  ASSERT_EQ(layer2.router.dtype, DType::kF32);
+  const auto* router = static_cast<const float*>(layer2.router.data);  // [8, 64]
+
+  TempDir tmp("gate");
+  TraceHeader h;
+  h.fingerprint = model_fingerprint(model_dir);
+  h.n_embd = 64;
+  h.n_expert = 8;
+  h.n_expert_used = 2;
+  h.moe_layers = {0, 2};
+  predict::SplitMix64 rng(17);
+  for (const bool top : {true, false}) {
+    const fs::path dir = tmp.path() / (top ? "top" : "bottom");
+    fs::create_directories(dir);
+    TraceWriter writer(dir / "t.ctrace", h);
+    TraceSequence seq;
+    seq.prompt_id = "gate";
+    for (int t = 0; t < 12; ++t) {
+      TraceToken tok;
+      tok.generated = t >= 2;
+      std::vector<double> x(64);
+      for (int j = 0; j < 64; ++j) {
+        tok.h0.push_back(f32_to_f16(float(2 * rng.uniform() - 1)));
+        x[size_t(j)] = f16_to_f32(tok.h0.back()) * double(layer2.ffn_norm[size_t(j)]);
+      }
+      std::vector<std::pair<double, int>> logits;
+      for (int e = 0; e < 8; ++e) {
+        double z = 0;
+        for (int j = 0; j < 64; ++j) z += double(router[e * 64 + j]) * x[size_t(j)];
+        logits.push_back({top ? -z : z, e});  // ascending sort: the gate's top (or bottom) first
+      }
+      std::sort(logits.begin(), logits.end());
+      tok.top_ids = {0, 1, logits[0].second, logits[1].second};  // layer 0, then layer 2
+      for (int i = 0; i < 16; ++i) tok.probs.push_back(f32_to_f16(0.125f));
+      seq.tokens.push_back(tok);
+    }
+    writer.add(seq);
+    writer.finish();
+  }
+  auto pack = std::make_unique<predict::PredictorPack>();
+  pack->shape = {64, 8, 2, {0, 2}};
+  pack->model_fingerprint = h.fingerprint;
+  pack->horizon = 1;
+  pack->slots = predict::lookahead_slots(pack->shape, 1);
+  pack->lookahead = Mlp<float>(64, 4, std::ssize(pack->slots) * 8, 8);
+  pack->lookahead.init(3);
+  pack->intent = Mlp<float>(128, 4, 16, 8);
+  pack->intent.init(4);
+  Predictors predictors(std::move(pack));
+  const PredictorEvaluation top = evaluate_predictors(predictors, open_traces(tmp.path() / "top"), model.get());
+  EXPECT_EQ(row(top.lookahead, "gate", 0).values, (std::vector<double>{1, 1, 1}));
+  const PredictorEvaluation bottom = evaluate_predictors(predictors, open_traces(tmp.path() / "bottom"), model.get());
+  EXPECT_EQ(row(bottom.lookahead, "gate", 0).values, (std::vector<double>{0, 0, 1}));
+  EXPECT_EQ(bottom.positions[0], 10);
+  EXPECT_GT(bottom.layer_flops, 0);
+  // Without a model the gate row is absent and the table says why.
+  const PredictorEvaluation none = evaluate_predictors(predictors, open_traces(tmp.path() / "top"), nullptr);
+  for (const MethodScores& r : none.lookahead) EXPECT_NE(r.method, "gate");
+  EXPECT_NE(format_evaluation(none).find("gate baseline not computed"), std::string::npos);
 }
 
 }  // namespace
