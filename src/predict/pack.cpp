@@ -111,6 +111,16 @@ void save_pack(const PredictorPack& pack, const fs::path& dir) {
       {"input", fmt::format("[mean, max] of h0 over the first {} prompt tokens, standardized", kMaxPromptTokens)},
       {"hidden", pack.intent.n_hidden},
       {"params", pack.intent.n_params()}};
+  root["tensors"] = {
+      {"lookahead.input_mean, lookahead.input_scale", "[n_embd] h0 standardization: (h0 - mean) * scale"},
+      {"lookahead.fc1.weight, lookahead.fc1.bias", "[rank, n_embd], [rank]"},
+      {"lookahead.fc2.weight, lookahead.fc2.bias",
+       "[n_slots * n_expert, rank], [n_slots * n_expert]; block s is slot s"},
+      {"lookahead.slots", "[n_slots, 2] I32: (horizon, position in moe_layers) of each output block"},
+      {"intent.input_mean, intent.input_scale", "[2 * n_embd] pooled-feature standardization"},
+      {"intent.fc1.weight, intent.fc1.bias", "[hidden, 2 * n_embd], [hidden]"},
+      {"intent.fc2.weight, intent.fc2.bias", "[n_moe_layers * n_expert, hidden], [n_moe_layers * n_expert]"},
+      {"stats.expert_frequency", "[n_moe_layers, n_expert] share of top-k selections in the training split"}};
   for (const auto& [key, value] : pack.training.items()) root[key] = value;
 
   fs::create_directories(dir);
