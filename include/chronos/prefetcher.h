@@ -45,8 +45,9 @@ class AsyncPrefetcher {
     unsigned queue_depth = 16;   // experts being read (or waiting out io_latency_ms) at once
     double io_latency_ms = 0.0;  // added to every read's completion (models a slower disk)
     bool force_pread = false;
-    bool verify_checksums = true;                           // xxh64 of every expert read
-    std::function<int(const ReadRequest&)> fault_injector;  // tests: simulate read errors
+    bool verify_checksums = true;  // xxh64 of every expert read
+    // Tests: simulate read errors. With coalesce, one request may cover a run of experts.
+    std::function<int(const ReadRequest&)> fault_injector;
     // Experts of one pick that lie back to back in their cluster file (B.offset == A.offset +
     // A.bytes) and each got a slot are read with one vectored request, each landing in its own
     // slot; a picked demand request also takes its queued file neighbours (any priority) along.
