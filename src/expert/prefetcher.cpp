@@ -80,7 +80,8 @@ struct AsyncPrefetcher::Impl {
   std::vector<size_t> delayed;      // in_flight indices whose read finished, waiting for ready_at
   size_t n_busy = 0;                // in_flight entries in use
   size_t n_in_flight = 0;           // IoRing requests submitted, not yet reaped
-  Clock::time_point busy_since;
+  Clock::time_point busy_since;  // guarded by queue_mutex, with `busy`
+  bool busy = false;             // reads in flight since busy_since
   std::thread thread;
 
   Impl(const PackManifest& m, std::filesystem::path dir, ExpertCache& c, std::mutex& cm, std::condition_variable& cv,
@@ -236,7 +237,11 @@ struct AsyncPrefetcher::Impl {
       }
       batch.push_back(request);
     }
-    if (n_in_flight == 0) busy_since = Clock::now();
+    if (n_in_flight == 0) {
+      std::lock_guard q(queue_mutex);
+      busy_since = Clock::now();
+      busy = true;
+    }
     n_in_flight += batch.size();
     ring->submit(batch);
     return batch.size();
@@ -424,6 +429,7 @@ struct AsyncPrefetcher::Impl {
       if (n_in_flight == 0 && !done.empty()) {
         std::lock_guard q(queue_mutex);
         stats.busy_seconds += seconds_between(busy_since, Clock::now());
+        busy = false;
       }
       release_delayed(false);
       bool stop_now;
@@ -489,7 +495,9 @@ std::exception_ptr AsyncPrefetcher::error() const {
 
 PrefetchStats AsyncPrefetcher::stats() const {
   std::lock_guard q(impl_->queue_mutex);
-  return impl_->stats;
+  PrefetchStats out = impl_->stats;
+  if (impl_->busy) out.busy_seconds += seconds_between(impl_->busy_since, Clock::now());  // the open interval
+  return out;
 }
 
 const char* AsyncPrefetcher::io_backend() const { return impl_->ring->backend_name(); }
