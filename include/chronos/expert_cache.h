@@ -92,7 +92,9 @@ class ExpertCache {
   // victim among slots that are ready, unpinned and unprotected). nullopt when the key is already
   // present (no double load) or when every slot is pinned, loading or protected (the caller
   // retries later or drops the request).
-  std::optional<Lookup> begin_load(ExpertKey key);
+  // With evict_protected (demand loads: the compute side is waiting), a protected expert is
+  // evicted when nothing else can be, so predictions never block a demand read.
+  std::optional<Lookup> begin_load(ExpertKey key, bool evict_protected = false);
   // kLoading -> kReady. The caller signals the slot's Event itself.
   void finish_load(ExpertKey key);
   // kLoading -> kEmpty (a failed or cancelled read). If the compute side holds pins on it, the

@@ -12,17 +12,30 @@
 #include "chronos/expert_cache.h"
 #include "chronos/model.h"
 #include "chronos/pack_format.h"
+#include "chronos/predictors.h"
 #include "chronos/prefetcher.h"
 
 namespace chronos {
 
 enum class OnMiss { kWait, kFallback };
 
+// What is read ahead of the router's demand:
+//  kNone: nothing (demand reads only);
+//  kLru: the experts the previous token used, re-queued and protected for the next token;
+//  kPredict: the IntentClassifier's set at prefill (within the budget), then every token the
+//   LookaheadRouter's horizon-0 (later layers of this token) and t+1..t+K predictions, each
+//   protected from eviction until the step it is for. Needs predictors.safetensors in the pack.
+enum class PrefetchMode { kNone, kLru, kPredict };
+PrefetchMode parse_prefetch_mode(const std::string& text);  // UsageError naming --prefetch
+
 struct StreamerOptions {
   int64_t budget_bytes = 0;  // expert cache budget
   OnMiss on_miss = OnMiss::kWait;
   EvictionPolicy policy = EvictionPolicy::kLruFrequency;
   AsyncPrefetcher::Options prefetch;
+  PrefetchMode mode = PrefetchMode::kNone;
+  int32_t predict_per_layer = 0;  // experts named per (horizon, layer); 0: the model's top-k
+  double intent_share = 0.5;      // share of the cache the prefill intent set may fill
 };
 
 struct StreamerStats {
@@ -33,6 +46,8 @@ struct StreamerStats {
   int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
   int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
   double stall_seconds = 0.0; // compute-side time blocked on I/O
+  int64_t predicted = 0;      // prefetch requests made from predictions (or the previous token)
+  double predict_seconds = 0.0;  // time spent running the predictors
   PrefetchStats prefetch;
   CacheStats cache;
 };
@@ -41,7 +56,9 @@ class ExpertStreamer final : public ExpertProvider {
  public:
   // Reads and checks <pack_dir>/cluster_manifest.json; sizes the cache's slots to the largest
   // expert extent. Throws Error for a budget smaller than one expert.
-  ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+  // Registers itself as the model's block observer when a prefetch mode needs it (and clears
+  // it on destruction).
+  ExpertStreamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                  const StreamerOptions& options);
   ~ExpertStreamer() override;
 
@@ -49,6 +66,8 @@ class ExpertStreamer final : public ExpertProvider {
   void release(int64_t layer, std::span<const int32_t> experts) override;
   size_t max_experts_per_acquire() const override;
 
+  // Starts a new request (prefill follows): the intent set is computed from its first block-0 states.
+  void begin_request();
   // Called before every forward step (prefill or decode): advances the streamer's own step
   // counter, which keeps growing across requests, expires protections and cancels stale prefetches.
   void begin_step();
@@ -62,8 +81,10 @@ class ExpertStreamer final : public ExpertProvider {
 
  private:
   FfnWeights view_of(const PackedExpert& expert, void* data) const;
+  void on_block(int64_t layer, std::span<const float> hidden, int64_t n_tokens);
+  void request(std::span<const ExpertScore> scores, bool intent);
 
-  const Model& model_;
+  Model& model_;
   PackManifest manifest_;
   StreamerOptions options_;
   mutable std::mutex mutex_;  // guards cache_ and the stats below
@@ -74,6 +95,11 @@ class ExpertStreamer final : public ExpertProvider {
   std::vector<uint8_t> pinned_;                  // [n_expert] whether acquire pinned it
   StreamerStats stats_;
   int64_t step_ = 0;
+  std::unique_ptr<Predictors> predictors_;
+  bool intent_pending_ = false;
+  std::vector<ExpertScore> scores_;          // reused between tokens
+  std::vector<FetchRequest> requests_;
+  std::vector<ExpertKey> previous_token_;    // kLru: experts the last step used
 };
 
 }  // namespace chronos

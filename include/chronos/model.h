@@ -83,6 +83,10 @@ struct RouteEvent {
 };
 using RouteFn = std::function<void(const RouteEvent&)>;
 
+// Called after every decoder block with the residual stream of the step's tokens
+// ([n_tokens, n_embd]); the expert streamer runs its predictors on block 0's output.
+using BlockFn = std::function<void(int64_t layer, std::span<const float> hidden, int64_t n_tokens)>;
+
 // Supplies the weights of routed experts that are not bound at load (a pack folder streams them).
 // acquire() is called once per MoE layer and forward step with the distinct experts the router
 // selected for the step's tokens; it sets views[i] to the weights of experts[i], or to nullptr when
@@ -134,6 +138,7 @@ class Model {
 
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
   void set_route_observer(RouteFn fn) { route_ = std::move(fn); }
+  void set_block_observer(BlockFn fn) { block_ = std::move(fn); }
   // With a provider, routed experts come from it; without one they must be bound (checkpoint load).
   void set_expert_provider(ExpertProvider* provider) { provider_ = provider; }
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
@@ -156,6 +161,7 @@ class Model {
   ModelSizes sizes_;
   TraceFn trace_;
   RouteFn route_;
+  BlockFn block_;
   ExpertProvider* provider_ = nullptr;
   bool experts_streamed_ = false;
 };

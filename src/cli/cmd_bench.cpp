@@ -145,8 +145,7 @@ int run_bench(const BenchArgs& args) {
     for (const auto& miss : split(args.on_miss)) {
       if (miss != "wait" && miss != "fallback") throw UsageError(fmt::format("--on-miss: '{}' is not wait or fallback", miss));
       for (const auto& prefetch : split(args.prefetch)) {
-        if (prefetch != "none")
-          throw UsageError(fmt::format("--prefetch {}: only 'none' exists until the predictors land", prefetch));
+        parse_prefetch_mode(prefetch);
         for (const auto& latency : split(args.latencies)) {
           for (const auto& eviction : split(args.evictions)) {
             Config cfg{"", cache, miss == "wait" ? OnMiss::kWait : OnMiss::kFallback, prefetch, 0.0, false,
@@ -191,6 +190,7 @@ int run_bench(const BenchArgs& args) {
     so.prefetch.io_latency_ms = cfg.latency_ms;
     so.prefetch.force_pread = args.force_pread;
     so.policy = cfg.eviction;
+    so.mode = cfg.resident ? PrefetchMode::kNone : parse_prefetch_mode(cfg.prefetch);
     // The resident run gets room for every extent (slots are the largest extent each).
     if (cfg.resident) so.budget_bytes = resident_budget;
     ExpertStreamer streamer(*model, dir, *backend, so);
@@ -206,6 +206,7 @@ int run_bench(const BenchArgs& args) {
       const bool record_exact = cfg.resident && need_exact;
       if (record_exact) exact_logits[p].resize(size_t(args.n_predict * c.n_vocab));
       auto start = Clock::now();
+      streamer.begin_request();
       streamer.begin_step();
       model->forward(ids, 0, kv, *scratch, pool, logits.data(), false);
       int32_t token = argmax(logits);
@@ -243,6 +244,7 @@ int run_bench(const BenchArgs& args) {
     r.stats.stall_seconds -= before.stall_seconds;
     r.stats.prefetch.bytes_read -= before.prefetch.bytes_read;
     r.stats.prefetch.busy_seconds -= before.prefetch.busy_seconds;
+    r.stats.predicted -= before.predicted;
     results.push_back(std::move(r));
   }
 
@@ -281,6 +283,8 @@ int run_bench(const BenchArgs& args) {
                    {"stall_seconds", r.stats.stall_seconds}, {"lookups", r.stats.lookups}, {"hits", r.stats.hits},
                    {"hits_loading", r.stats.hits_loading}, {"misses", r.stats.misses},
                    {"fallbacks", r.stats.fallbacks}, {"bytes_read", r.stats.prefetch.bytes_read},
+                   {"prefetch_requests", r.stats.predicted}, {"predict_seconds", r.stats.predict_seconds},
+                   {"cache_protected_skips", r.stats.cache.protected_skips},
                    {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
                    {"greedy_agreement", agree / 100.0}, {"mean_kl", mean_kl},
                    {"tokens_identical_to_exact", fallback ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
@@ -304,7 +308,7 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--limit", args->limit, "Prompts to run")->capture_default_str();
   sub->add_option("--expert-cache", args->caches, "Comma-separated budgets (25%,50%,2GiB)")->capture_default_str();
   sub->add_option("--on-miss", args->on_miss, "Comma-separated: wait, fallback")->capture_default_str();
-  sub->add_option("--prefetch", args->prefetch, "Comma-separated prefetch modes")->capture_default_str();
+  sub->add_option("--prefetch", args->prefetch, "Comma-separated: none, lru, predict")->capture_default_str();
   sub->add_option("--io-latency-ms", args->latencies, "Comma-separated added read latencies")->capture_default_str();
   sub->add_option("--eviction", args->evictions, "Comma-separated: lru, lru-freq")->capture_default_str();
   sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");

@@ -48,6 +48,7 @@ struct GenerateArgs {
   std::string on_miss = "wait";
   double io_latency_ms = 0.0;
   bool force_pread = false;
+  std::string prefetch = "none";
 };
 
 OnMiss parse_on_miss(const std::string& text) {
@@ -87,6 +88,7 @@ int run_generate(const GenerateArgs& args) {
   const auto load_start = std::chrono::steady_clock::now();
   if (args.io_latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
   parse_on_miss(args.on_miss);
+  parse_prefetch_mode(args.prefetch);
   const auto model = Model::load(dir);
   const Tokenizer tokenizer = Tokenizer::load(dir);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -134,12 +136,17 @@ int run_generate(const GenerateArgs& args) {
     so.on_miss = parse_on_miss(args.on_miss);
     so.prefetch.io_latency_ms = args.io_latency_ms;
     so.prefetch.force_pread = args.force_pread;
+    so.mode = parse_prefetch_mode(args.prefetch);
     backend = make_cpu_backend();
     streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
     model->set_expert_provider(streamer.get());
-    options.on_step = [&](int64_t) { streamer->begin_step(); };
-  } else if (args.expert_cache != "100%" || args.on_miss != "wait" || args.io_latency_ms != 0.0) {
-    throw UsageError("--expert-cache, --on-miss and --io-latency-ms need a pack folder (chronos pack)");
+    options.on_step = [&](int64_t pos) {
+      if (pos == 0) streamer->begin_request();
+      streamer->begin_step();
+    };
+  } else if (args.expert_cache != "100%" || args.on_miss != "wait" || args.io_latency_ms != 0.0 ||
+             args.prefetch != "none") {
+    throw UsageError("--expert-cache, --on-miss, --prefetch and --io-latency-ms need a pack folder (chronos pack)");
   }
   Generator generator(*model, tokenizer, pool, n_ctx, args.batch_size);
   spdlog::info("{}: {} layers, {} experts (top-{}), {} prompt tokens, {} threads", dir.string(), cfg.n_layer,
@@ -229,6 +236,7 @@ Command register_generate(CLI::App& app) {
   sub->add_option("--expert-cache", args->expert_cache, "Pack folders: expert cache budget (2GiB, 512MB, 25%)")->capture_default_str();
   sub->add_option("--on-miss", args->on_miss, "Pack folders: wait (exact) or fallback (never blocks)")->capture_default_str();
   sub->add_option("--io-latency-ms", args->io_latency_ms, "Pack folders: add this latency to every expert read");
+  sub->add_option("--prefetch", args->prefetch, "Pack folders: none, lru or predict (trained predictors)")->capture_default_str();
   sub->add_flag("--pread", args->force_pread, "Pack folders: read with pread threads instead of io_uring");
   return Command{sub, [args] { return run_generate(*args); }};
 }

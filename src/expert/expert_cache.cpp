@@ -158,7 +158,7 @@ void ExpertCache::release(ExpertKey key) {
   }
 }
 
-std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key) {
+std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key, bool evict_protected) {
   int32_t slot = -1;
   if (const auto it = index_.find(key); it != index_.end()) {
     if (!slots_[size_t(it->second)].orphaned) return std::nullopt;  // loading or ready already
@@ -169,16 +169,19 @@ std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key) {
     free_slots_.erase(free_slots_.begin());
   } else {
     bool skipped = false;
+    int32_t first_protected = -1;
     for (const Rank& rank : order_) {
       const int32_t candidate = std::get<2>(rank);
       if (is_protected(slots_[size_t(candidate)].key)) {
         skipped = true;
+        if (first_protected < 0) first_protected = candidate;
         continue;
       }
       slot = candidate;
       break;
     }
     if (skipped) ++stats_.protected_skips;
+    if (slot < 0 && evict_protected) slot = first_protected;  // a demand load beats a prediction
     if (slot < 0) return std::nullopt;
     Slot& victim = slots_[size_t(slot)];
     unrank(slot);

@@ -40,7 +40,14 @@ int64_t largest_extent(const PackManifest& m) {
 
 }  // namespace
 
-ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+PrefetchMode parse_prefetch_mode(const std::string& text) {
+  if (text == "none") return PrefetchMode::kNone;
+  if (text == "lru") return PrefetchMode::kLru;
+  if (text == "predict") return PrefetchMode::kPredict;
+  throw UsageError(fmt::format("--prefetch must be none, lru or predict (got '{}')", text));
+}
+
+ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                const StreamerOptions& options)
     : model_(model), manifest_(PackManifest::load(pack_dir)), options_(options) {
   const ModelConfig& c = model.config();
@@ -53,9 +60,67 @@ ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& 
   prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, mutex_, loaded_, backend, options.prefetch);
   views_.resize(size_t(c.n_expert));
   pinned_.assign(size_t(c.n_expert), 0);
+  if (options.mode == PrefetchMode::kPredict) {
+    predictors_ = Predictors::load(pack_dir);
+    if (!predictors_)
+      throw_error("{}: --prefetch predict needs predictors.safetensors (run chronos train-predictors)", pack_dir.string());
+    if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert)
+      throw_error("{}: the predictors were trained for another model", pack_dir.string());
+    model_.set_block_observer(
+        [this](int64_t layer, std::span<const float> hidden, int64_t n) { on_block(layer, hidden, n); });
+  }
 }
 
-ExpertStreamer::~ExpertStreamer() { prefetcher_.reset(); }
+ExpertStreamer::~ExpertStreamer() {
+  if (predictors_) model_.set_block_observer(nullptr);
+  prefetcher_.reset();
+}
+
+void ExpertStreamer::begin_request() { intent_pending_ = options_.mode == PrefetchMode::kPredict; }
+
+// Turns scores into prefetch requests: priority by horizon, protected until the step they are for.
+void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
+  requests_.clear();
+  {
+    std::lock_guard lock(mutex_);
+    for (const ExpertScore& s : scores) {
+      const int64_t horizon = intent ? 0 : s.horizon;
+      const FetchPriority priority = intent ? FetchPriority::kIntent
+                                     : horizon == 0 ? FetchPriority::kSameToken
+                                     : horizon == 1 ? FetchPriority::kNextToken
+                                                    : FetchPriority::kLater;
+      // Steps count forward calls; the step being computed now is step_.
+      if (!intent) cache_->protect(s.key, step_ + horizon + 1);
+      requests_.push_back(FetchRequest{s.key, priority, step_ + horizon});
+    }
+    stats_.predicted += std::ssize(requests_);
+  }
+  prefetcher_->enqueue(requests_);
+}
+
+void ExpertStreamer::on_block(int64_t layer, std::span<const float> hidden, int64_t n_tokens) {
+  if (layer != 0 || !predictors_) return;
+  const auto start = Clock::now();
+  const int64_t d = model_.config().n_embd;
+  if (intent_pending_) {
+    // The prompt's first block-0 states (its first prefill chunk, at most 512 tokens); the
+    // most-used predicted experts first, until intent_share of the cache.
+    intent_pending_ = false;
+    const int64_t rows = std::min<int64_t>(n_tokens, 512);
+    predictors_->intent(hidden.first(size_t(rows * d)), rows, scores_);
+    std::sort(scores_.begin(), scores_.end(), [](const ExpertScore& a, const ExpertScore& b) { return a.score > b.score; });
+    const auto keep = size_t(double(cache_->n_slots()) * options_.intent_share);
+    if (scores_.size() > keep) scores_.resize(keep);
+    request(scores_, true);
+  }
+  // The newest token's state predicts its own later layers and the next K tokens.
+  const int32_t per_layer = options_.predict_per_layer > 0 ? options_.predict_per_layer
+                                                           : int32_t(model_.config().n_expert_used);
+  predictors_->lookahead(hidden.subspan(size_t((n_tokens - 1) * d), size_t(d)), per_layer, scores_);
+  request(scores_, false);
+  std::lock_guard lock(mutex_);
+  stats_.predict_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 FfnWeights ExpertStreamer::view_of(const PackedExpert& expert, void* data) const {
   auto view = [&](const PackedTensor& t) {
@@ -123,6 +188,7 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     views_[size_t(e)] = view_of(packed, slot.data);
     views[i] = &views_[size_t(e)];
     pinned_[size_t(e)] = 1;
+    if (options_.mode == PrefetchMode::kLru) previous_token_.push_back(key);
   }
 }
 
@@ -143,6 +209,13 @@ void ExpertStreamer::begin_step() {
     cache_->advance_step(step);
   }
   prefetcher_->cancel_stale(step);
+  if (options_.mode == PrefetchMode::kLru && !previous_token_.empty()) {
+    // The previous step's experts, kept and (if evicted) re-read for this one.
+    scores_.clear();
+    for (const ExpertKey& key : previous_token_) scores_.push_back(ExpertScore{key, 0, 1.0f});
+    previous_token_.clear();
+    request(scores_, false);
+  }
 }
 
 StreamerStats ExpertStreamer::stats() const {

@@ -196,7 +196,7 @@ struct AsyncPrefetcher::Impl {
           ++stats.already_present;
           continue;
         }
-        slot = cache.begin_load(key);
+        slot = cache.begin_load(key, queued.priority == FetchPriority::kDemand);
       }
       if (!slot) {
         if (queued.priority == FetchPriority::kDemand) {
