@@ -50,8 +50,8 @@ def main():
     p("A small Mixture-of-Experts language model in the Qwen2-MoE architecture (`Qwen2MoeForCausalLM`), "
       "trained from scratch on CPU on text that Debian packages ship. It is Chronos's default model: it needs "
       "no download, and unlike random weights its router has learned real, domain-dependent routing, so expert "
-      "prediction, clustering and caching can be measured on it. It is a toy: its text is locally fluent "
-      "but not meaningful, and it knows nothing beyond its small corpus.\n")
+      "prediction, clustering and caching can be measured on it. It is a toy: its text is locally plausible "
+      "but not meaningful, and greedy decoding soon repeats itself, and it knows nothing beyond its small corpus.\n")
     p("## Architecture\n")
     p("| | |\n|---|---|")
     for key, label in [("num_hidden_layers", "layers"), ("hidden_size", "hidden size"),
@@ -169,7 +169,12 @@ def main():
     p("- `reference.json`: one fixed prompt per domain with its token ids and the 64 greedy ids that "
       "transformers generates from this folder, computed in bf16 (`output_ids`) and with the same weights "
       "loaded as f32 (`output_ids_f32`, what Chronos computes), with the top-1/top-2 logit margin at each step.")
-    p("- `corpus/`: the exact corpus manifest (`files.tsv.gz`), per-domain sizes, token counts.\n")
+    p("- `corpus/`: the exact corpus manifest (`files.tsv.gz`), per-domain sizes and token counts, and the "
+      "training log (`train_log.jsonl`, one JSON record per 10 steps plus the evaluations).\n")
+    p("Greedy decoding tends to fall into repetition loops, as small models do. The bf16-compute ids drift from "
+      "the f32-compute ones after a near-tie in some prompts (bf16 logits tie often); an implementation that "
+      "computes in f32 should match `output_ids_f32`. `eos_would_stop_early` says whether plain greedy decoding "
+      "would have emitted `<|endoftext|>` within the 64 tokens (min_new_tokens suppresses it).\n")
     p("Reference generations (f32 compute, greedy, 64 tokens):\n")
     for r in ev["reference"]:
         p(f"- **{r['domain']}** (bf16 and f32 agree on the first {r['bf16_f32_agree_tokens']} tokens; smallest "
