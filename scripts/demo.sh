@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target chronos
-./build/release/chronos generate -p "${1:-The history of}" -n "${2:-64}"
+./build/release/chronos generate -p "${1:-The history of the}" -n "${2:-64}" --temp 0.8 --top-p 0.95 --repeat-penalty 1.1 --seed 1
