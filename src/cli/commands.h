@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "chronos/file_util.h"
+
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -27,8 +29,6 @@ Command register_eval_predictors(CLI::App& app);
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);
 
-// Writes `text` to `path` atomically (temporary file + rename): no half-written file on failure.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text);
 
 // Peak resident set size of this process in bytes.
 int64_t peak_rss_bytes();

@@ -20,26 +20,6 @@ std::filesystem::path resolve_model_dir(const std::string& flag_value) {
   return CHRONOS_DEFAULT_MODEL_DIR;
 }
 
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw_error("{}: cannot create file", path.string());
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      throw_error("{}: write failed", path.string());
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw_error("{}: cannot rename the finished file into place", path.string());
-  }
-}
 
 int64_t peak_rss_bytes() {
   rusage usage{};

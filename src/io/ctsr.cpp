@@ -12,6 +12,7 @@
 #include <set>
 
 #include "chronos/error.h"
+#include "chronos/file_util.h"
 #include "chronos/pack_format.h"
 
 namespace chronos {
@@ -45,19 +46,6 @@ PackedTensor plan_projection(const std::filesystem::path& path, const ExpertKey&
   return packed;
 }
 
-bool write_all(int fd, const void* data, size_t size) {
-  const auto* cursor = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t written = ::write(fd, cursor, size);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    cursor += written;
-    size -= size_t(written);
-  }
-  return true;
-}
 
 uint64_t payload_hash(const ExpertSource& source, const PackedExpert& expert) {
   const std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), &XXH64_freeState);

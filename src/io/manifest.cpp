@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "chronos/error.h"
+#include "chronos/file_util.h"
 #include "chronos/pack_format.h"
 #include "chronos/safetensors.h"
 
@@ -321,27 +322,7 @@ void PackManifest::save(const fs::path& path) const {
         {"xxh64", fmt::format("{:016x}", e.xxh64)},
         {"tensors", Json{{"gate", tensor_json(e.gate)}, {"up", tensor_json(e.up)}, {"down", tensor_json(e.down)}}}};
   }
-  const std::string text = root.dump(1) + "\n";
-
-  fs::path temp_path = path;
-  temp_path += ".tmp";
-  {
-    std::ofstream out(temp_path, std::ios::binary | std::ios::trunc);
-    if (!out) throw_error("{}: cannot create", temp_path.string());
-    out.write(text.data(), std::streamsize(text.size()));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(temp_path, ignored);
-      throw_error("{}: write failed", temp_path.string());
-    }
-  }
-  std::error_code ec;
-  fs::rename(temp_path, path, ec);
-  if (ec) {
-    fs::remove(temp_path, ec);
-    throw_error("{}: cannot rename {} into place", path.string(), temp_path.string());
-  }
+  write_file_atomically(path, root.dump(1) + "\n");
 }
 
 std::string model_fingerprint(const fs::path& model_dir) {

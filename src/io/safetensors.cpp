@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "chronos/error.h"
+#include "chronos/file_util.h"
 
 namespace chronos {
 namespace {
@@ -237,20 +238,6 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 
 namespace {
 
-// Writes all of `data` to `fd`, retrying short writes; returns false with errno set on failure.
-bool write_all(int fd, const void* data, size_t size) {
-  const auto* cursor = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t written = ::write(fd, cursor, size);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    cursor += written;
-    size -= size_t(written);
-  }
-  return true;
-}
 
 std::string build_header(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                          const std::map<std::string, std::string>& metadata) {

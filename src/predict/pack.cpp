@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "chronos/error.h"
+#include "chronos/file_util.h"
 #include "chronos/safetensors.h"
 
 namespace chronos::predict {
@@ -33,26 +34,6 @@ void add_mlp(std::vector<TensorToWrite>& out, const std::string& prefix, const M
   part("fc2.bias", {net.n_out}, net.b2_offset(), net.n_out);
 }
 
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw_error("{}: cannot create file", path.string());
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      fs::remove(tmp, ignored);
-      throw_error("{}: write failed", path.string());
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw_error("{}: cannot rename the finished file into place", path.string());
-  }
-}
 
 // Copies a tensor that must be F32 with exactly `shape` into `out`.
 void read_f32(const SafetensorsFile& file, const std::string& name, const std::vector<int64_t>& shape, float* out) {
@@ -124,7 +105,7 @@ void save_pack(const PredictorPack& pack, const fs::path& dir) {
   for (const auto& [key, value] : pack.training.items()) root[key] = value;
 
   fs::create_directories(dir);
-  write_text_atomically(dir / kPredictorsJson, root.dump(2) + "\n");
+  write_file_atomically(dir / kPredictorsJson, root.dump(2) + "\n");
   write_safetensors(dir / kPredictorsTensors, tensors,
                     {{"format", "chronos-predictors"}, {"version", std::to_string(kPredictorsVersion)}});
 }
