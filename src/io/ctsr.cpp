@@ -1,7 +1,5 @@
 // `.ctsr` cluster files: the writer (4096-aligned expert extents in a valid safetensors file) and
 // the checksum check readers run on the bytes they load.
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include <array>
@@ -12,8 +10,8 @@
 #include <set>
 
 #include "chronos/error.h"
-#include "chronos/file_util.h"
 #include "chronos/pack_format.h"
+#include "io/safetensors_writer.h"
 
 namespace chronos {
 namespace {
@@ -115,37 +113,10 @@ std::vector<PackedExpert> write_ctsr(const std::filesystem::path& path, int32_t 
     for (PackedTensor* tensor : {&expert.gate, &expert.up, &expert.down}) tensor->offset += data_start;
   }
 
-  std::filesystem::path temp_path = path;
-  temp_path += ".tmp";
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(temp_path, fmt::format("cannot create: {}", std::strerror(errno)));
-  const auto abandon = [&](const std::string& what) {
-    const int saved = errno;
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    fail(temp_path, fmt::format("{}: {}", what, std::strerror(saved)));
-  };
-  std::array<uint8_t, 8> length{};
-  for (size_t i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  if (!write_all(fd, length.data(), length.size()) || !write_all(fd, header.data(), header.size()))
-    abandon("cannot write header");
-  static constexpr std::array<std::byte, kCtsrAlignment> kZeros{};
-  for (const PlannedTensor& tensor : planned) {
-    const bool ok = tensor.data != nullptr ? write_all(fd, tensor.data, size_t(tensor.bytes))
-                                           : write_all(fd, kZeros.data(), size_t(tensor.bytes));
-    if (!ok) abandon(fmt::format("cannot write tensor {}", tensor.name));
-  }
-  if (::fsync(fd) != 0) abandon("cannot sync");
-  if (::close(fd) != 0) {
-    const int saved = errno;
-    ::unlink(temp_path.c_str());
-    fail(temp_path, fmt::format("cannot close: {}", std::strerror(saved)));
-  }
-  if (::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(temp_path.c_str());
-    fail(path, fmt::format("cannot rename {} into place: {}", temp_path.string(), std::strerror(saved)));
-  }
+  std::vector<io_detail::DataPiece> pieces;
+  pieces.reserve(planned.size());
+  for (const PlannedTensor& tensor : planned) pieces.push_back({tensor.name, tensor.data, tensor.bytes});
+  io_detail::write_safetensors_file(path, header, pieces);
   return packed;
 }
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 
 #include "chronos/error.h"
 #include "chronos/file_util.h"
+#include "io/safetensors_writer.h"
 
 namespace chronos {
 namespace {
@@ -277,12 +279,12 @@ std::string build_header(const std::filesystem::path& path, std::span<const Tens
 
 }  // namespace
 
-void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  const std::string header = build_header(path, tensors, metadata);
+namespace io_detail {
+
+void write_safetensors_file(const std::filesystem::path& path, std::string_view header,
+                            std::span<const DataPiece> pieces) {
   std::filesystem::path temp_path = path;
   temp_path += ".tmp";
-
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(temp_path, fmt::format("cannot create: {}", std::strerror(errno)));
   const auto abandon = [&](const std::string& what) {
@@ -296,9 +298,17 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   for (int i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
   if (!write_all(fd, length, sizeof(length)) || !write_all(fd, header.data(), header.size()))
     abandon("cannot write header");
-  for (const auto& tensor : tensors)
-    if (!write_all(fd, tensor.bytes.data(), tensor.bytes.size()))
-      abandon(fmt::format("cannot write tensor {}", tensor.name));
+  static constexpr std::array<std::byte, 4096> kZeros{};
+  for (const DataPiece& piece : pieces) {
+    bool ok = true;
+    if (piece.data != nullptr) {
+      ok = write_all(fd, piece.data, size_t(piece.bytes));
+    } else {
+      for (int64_t left = piece.bytes; ok && left > 0; left -= int64_t(kZeros.size()))
+        ok = write_all(fd, kZeros.data(), size_t(std::min<int64_t>(left, int64_t(kZeros.size()))));
+    }
+    if (!ok) abandon(fmt::format("cannot write tensor {}", piece.name));
+  }
   if (::fsync(fd) != 0) abandon("cannot sync");
   if (::close(fd) != 0) {
     const int saved = errno;
@@ -310,6 +320,17 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
     ::unlink(temp_path.c_str());
     fail(path, fmt::format("cannot rename {} into place: {}", temp_path.string(), std::strerror(saved)));
   }
+}
+
+}  // namespace io_detail
+
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::string header = build_header(path, tensors, metadata);
+  std::vector<io_detail::DataPiece> pieces;
+  pieces.reserve(tensors.size());
+  for (const auto& tensor : tensors) pieces.push_back({tensor.name, tensor.bytes.data(), int64_t(tensor.bytes.size())});
+  io_detail::write_safetensors_file(path, header, pieces);
 }
 
 }  // namespace chronos
