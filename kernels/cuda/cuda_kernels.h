@@ -1,0 +1,124 @@
+// CUDA kernels: one op per .cu file, each with a host launcher that queues the op on an explicit
+// stream and returns without synchronizing. Pointers are device memory unless a parameter says
+// otherwise; activations are f32, weights f32/f16/bf16 (WeightView with a device `data`), and
+// every reduction accumulates in f32. The CPU ops in include/chronos/ops.h and src/model are the
+// reference each kernel is tested against (tests/cuda).
+//
+// Launchers check the launch (cudaGetLastError) and throw chronos::Error naming the op; they do
+// not check the kernel's completion (that would need a synchronize).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "chronos/ops.h"  // WeightView, DType
+
+namespace chronos::cuda {
+
+// out[t, :] = row ids[t] of `table` ([n_vocab, n_embd]) as f32. ids: device, [n_tokens].
+void embed_rows(float* out, const WeightView& table, const int32_t* ids, int64_t n_tokens, cudaStream_t stream);
+
+// out[r, :] = in[r, :] / sqrt(mean(in[r, :]^2) + eps) * weight, for `rows` rows of `dim`
+// floats spaced `stride` floats apart (in and out alike; they may alias). Per-head q/k norm
+// is rows = tokens * heads, dim = stride = head_dim.
+void rmsnorm(float* out, const float* in, const float* weight, int64_t rows, int64_t dim, int64_t stride, float eps,
+             cudaStream_t stream);
+
+// x[r, :] += bias for `rows` rows of `dim`.
+void add_bias(float* x, const float* bias, int64_t rows, int64_t dim, cudaStream_t stream);
+
+// x[i] = clamp(x[i], -limit, limit) (OLMoE clip_qkv).
+void clamp(float* x, int64_t n, float limit, cudaStream_t stream);
+
+// x[i] += y[i] (the residual stream).
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate.
+void silu_mul(float* out, const float* gate, const float* up, int64_t n, cudaStream_t stream);
+
+// Rotate-half (GPT-NeoX) RoPE in place on n_heads heads of head_dim for each of n_tokens tokens,
+// token t at position pos0 + t; row t starts at x + t * row_stride. Only the first n_rot
+// dimensions of a head rotate (pairs i, i + n_rot/2). cos/sin: [n_ctx, n_rot/2], the tables
+// the CPU forward builds.
+void rope(float* x, const float* cos, const float* sin, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+          int64_t n_rot, int64_t row_stride, int64_t pos0, cudaStream_t stream);
+
+// Copies k, v ([n_tokens, kv_dim]) to rows pos0 .. pos0 + n_tokens - 1 of one layer's caches
+// ([n_ctx, kv_dim] each).
+void kv_store(float* k_cache, float* v_cache, const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
+              int64_t pos0, cudaStream_t stream);
+
+// Causal grouped-query attention for n_tokens queries at positions pos0 + t over one layer's
+// caches (keys 0 .. pos0 + t, or the last `window` of them when window > 0). q, out:
+// [n_tokens, n_head * head_dim]; caches [n_ctx, n_head_kv * head_dim]; query head h reads kv
+// head h / (n_head / n_head_kv); scores scaled by 1/sqrt(head_dim); softmax in f32 with a
+// running max (no score buffer the size of the context). Serves prefill and decode.
+void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, cudaStream_t stream);
+
+// y[t, :] = W x[t, :] for t < n_tokens: y [n_tokens, w.rows], x [n_tokens, w.cols]. Tuned for
+// the small batches of decode (each weight row is read once per 8 tokens); prefill's large
+// products go through Blas::gemm.
+void matvec(float* y, const float* x, const WeightView& w, int64_t n_tokens, cudaStream_t stream);
+
+// Per token: probs = softmax(logits[t, :n_expert]); ids/weights = the k largest probabilities in
+// descending order, ties to the lower expert index; weights renormalized to sum 1 when
+// norm_topk. probs may alias logits. ids, weights: [n_tokens, k].
+void router_topk(int32_t* ids, float* weights, float* probs, const float* logits, int64_t n_tokens, int64_t n_expert,
+                 int64_t k, bool norm_topk, cudaStream_t stream);
+
+// dst[r, :] = src[rows[r], :] for r < n_rows, rows of `dim` floats (grouping tokens by expert).
+void gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n_rows, int64_t dim, cudaStream_t stream);
+
+// One routed expert's share of a grouped MoE product: rows row_begin .. row_end - 1 of the
+// grouped activations go through this expert's weights (device pointers, row-major, the layer's
+// expert dtype: gate/up [n_ff, n_embd], down [n_embd, n_ff]).
+struct ExpertTask {
+  const void* gate;
+  const void* up;
+  const void* down;
+  int32_t row_begin;
+  int32_t row_end;
+};
+
+// All experts of one wave in one launch each: h[r, :] = silu(x[r] Wg^T) * (x[r] Wu^T)
+// ([rows, n_ff]) for every row r of every task, then y[r, :] = h[r] Wd^T ([rows, n_embd]).
+// tasks: device array of n_tasks. Rows not covered by a task are left untouched.
+void moe_gate_up(float* h, const float* x, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
+                 int64_t n_ff, cudaStream_t stream);
+void moe_down(float* y, const float* h, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
+              int64_t n_ff, cudaStream_t stream);
+
+// The weighted sum of the selected experts with the soft-gated fallback of DESIGN.md §4, per
+// token t (all arrays [n_tokens, k] are indexed t * k + j):
+//   out[t] = sum_j (missing[tj] ? 0 : weight[tj] * y[row[tj]])
+// then, with a shared expert (shared != nullptr, [n_tokens, n_embd]):
+//   out[t] += (sigmoid(shared_gate_logit[t]) or 1 when shared_gate_logit == nullptr
+//              + sum_j missing[tj] * weight[tj]) * shared[t]
+// and without one, when some but not all of the token's mass is missing, out[t] is scaled by
+// total / (total - missing) (all missing: out[t] = 0). out must not alias y or shared.
+void moe_combine(float* out, const float* y, const int32_t* row, const float* weight, const uint8_t* missing,
+                 const float* shared, const float* shared_gate_logit, int64_t n_tokens, int64_t k, int64_t n_embd,
+                 cudaStream_t stream);
+
+// dst[i] = src[i] rounded to `dtype` (kF16 or kBF16, round to nearest even), for cuBLAS inputs.
+void convert_f32(void* dst, DType dtype, const float* src, int64_t n, cudaStream_t stream);
+
+// cuBLAS for the large products of prefill and the LM head.
+class Blas {
+ public:
+  Blas();   // cublasCreate; throws Error
+  ~Blas();  // cublasDestroy
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+  // y[n, w.rows] = x[n, w.cols] W^T with f32 accumulation and f32 output. For f16/bf16 weights
+  // x is first rounded to the weight dtype into `x_converted` (device, n * w.cols elements of
+  // that dtype); f32 weights use a true-f32 SGEMM (no TF32). Runs on `stream`.
+  void gemm(float* y, const float* x, const WeightView& w, int64_t n, void* x_converted, cudaStream_t stream);
+
+ private:
+  void* handle_;  // cublasHandle_t
+};
+
+}  // namespace chronos::cuda
