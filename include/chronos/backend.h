@@ -44,6 +44,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // True when host staging memory is itself computable (CPU: the tiers merge and reads land in
+  // the cache slots); false when a read lands in a staging buffer and is copied to the device
+  // (CUDA, and the fake device of the tests).
+  virtual bool staging_is_device() const = 0;
   virtual std::unique_ptr<Stream> create_stream() = 0;
   virtual std::unique_ptr<Event> create_event() = 0;  // created signalled
   // Device-tier memory (VRAM on CUDA; on CPU the same as host staging). Throws Error on failure.
@@ -58,5 +62,12 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+
+// `--device`: "cpu", or "cuda" / "cuda:N" (device N, default 0). Throws UsageError for another
+// name, and Error naming the cause when CUDA is asked for and this build has no CUDA backend or
+// the machine has no usable CUDA device.
+std::unique_ptr<Backend> make_backend(const std::string& device);
+// Whether this build includes the CUDA backend (nvcc was found at configure time).
+bool cuda_built();
 
 }  // namespace chronos

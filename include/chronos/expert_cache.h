@@ -76,6 +76,11 @@ class ExpertCache {
     int32_t slot;  // -1 when kEmpty
     void* data;    // slot_bytes() bytes of device-tier memory; nullptr when kEmpty
     Event* ready;  // the slot's event; nullptr when kEmpty
+    // Signalled once the compute side has finished reading the slot. A compute side that queues
+    // work on a device stream (CUDA) records it there on release; the loader's copy into the slot
+    // waits on it, so a slot is never overwritten under a kernel that still reads it. Stays
+    // signalled when the compute side reads on the host (CPU), which is done at release.
+    Event* consumed;
   };
 
   // Does not change recency, frequency or stats. kEmpty means not present.
@@ -130,6 +135,7 @@ class ExpertCache {
     Rank rank{};
     Buffer buffer;
     std::unique_ptr<Event> event;
+    std::unique_ptr<Event> consumed;
   };
 
   Lookup lookup_of(int32_t slot) const;

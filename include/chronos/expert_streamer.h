@@ -45,6 +45,8 @@ struct StreamerStats {
   int64_t misses = 0;         // not resident and not being read
   int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
   int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
+  int64_t device_waits = 0;   // lookups whose copy was still running, left to the compute stream
+                              // to wait for (device compute only)
   double stall_seconds = 0.0; // compute-side time blocked on I/O
   int64_t predicted = 0;      // prefetch requests made from predictions (or the previous token)
   double predict_seconds = 0.0;  // time spent running the predictors
@@ -65,6 +67,7 @@ class ExpertStreamer final : public ExpertProvider {
   void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) override;
   void release(int64_t layer, std::span<const int32_t> experts) override;
   size_t max_experts_per_acquire() const override;
+  void set_compute_stream(Stream* stream) override { compute_stream_ = stream; }
 
   // Starts a new request (prefill follows): the intent set is computed from its first block-0 states.
   void begin_request();
@@ -93,6 +96,8 @@ class ExpertStreamer final : public ExpertProvider {
   std::unique_ptr<AsyncPrefetcher> prefetcher_;  // after cache_: stops (and drains) first
   std::vector<FfnWeights> views_;                // [n_expert] for the layer being computed
   std::vector<uint8_t> pinned_;                  // [n_expert] whether acquire pinned it
+  std::vector<Event*> consumed_;                 // [n_expert] the pinned slot's `consumed` event
+  Stream* compute_stream_ = nullptr;
   StreamerStats stats_;
   int64_t step_ = 0;
   std::unique_ptr<Predictors> predictors_;

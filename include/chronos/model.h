@@ -16,6 +16,7 @@
 namespace chronos {
 
 class ThreadPool;
+class Stream;
 
 // One SwiGLU FFN: down(silu(gate(x)) * up(x)).
 struct FfnWeights {
@@ -101,6 +102,11 @@ class ExpertProvider {
   // The most experts one acquire() may be asked for (the model computes a layer's experts in
   // waves of this size): a cache of N slots cannot hold more than N experts at once.
   virtual size_t max_experts_per_acquire() const { return SIZE_MAX; }
+  // Device compute (CUDA): with a stream set, acquire() does not block the host until an expert's
+  // bytes are usable (only until its copy is queued): it makes `stream` wait on the expert's event,
+  // and release() records on `stream` that the expert's memory may be overwritten. nullptr (the
+  // default, the CPU forward): the host waits, and release means the memory is free.
+  virtual void set_compute_stream(Stream* stream) { (void)stream; }
 };
 
 // Counts of the MoE blocks, accumulated over forward calls that share a Scratch.

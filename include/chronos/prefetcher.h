@@ -1,5 +1,11 @@
 // AsyncPrefetcher: a priority queue of expert reads served by its own I/O thread through IoRing,
 // completing into expert-cache slots and signalling each slot's Event (DESIGN.md §2, §4).
+//
+// With separate tiers (CUDA) one expert goes: O_DIRECT read into a page-locked staging buffer ->
+// checksum -> the copy stream waits for the slot's `consumed` event (no kernel still reads the
+// slot's previous expert) -> H2D copy into the slot -> the slot's `ready` event and the staging
+// buffer's event are recorded after the copy. The compute side makes its stream wait on `ready`
+// (or polls it, in fallback mode); nothing synchronizes a whole stream or device.
 #pragma once
 
 #include <condition_variable>
@@ -35,6 +41,9 @@ struct PrefetchStats {
   int64_t cancelled = 0;              // stale requests dropped from the queue
   int64_t no_slot = 0;                // requests dropped because every slot was pinned, loading or protected
   int64_t already_present = 0;        // requests for experts already resident or loading
+  int64_t copies = 0;                 // staging -> device copies queued (separate tiers only)
+  int64_t staging_buffers = 0;        // page-locked staging buffers (separate tiers only)
+  int64_t staging_full = 0;           // I/O-thread passes that held reads back: every staging buffer busy
   double busy_seconds = 0.0;          // wall time with at least one read in flight
   double read_latency_seconds = 0.0;  // sum over reads of submit -> usable
 };
@@ -56,6 +65,12 @@ class AsyncPrefetcher {
     bool coalesce = true;
     int max_run_experts = 8;                    // clamped to 1..ReadRequest::kMaxSegments
     int64_t max_run_bytes = int64_t(32) << 20;  // a run always holds at least one expert
+    // Backends whose staging memory is not the device (CUDA): reads land in page-locked staging
+    // buffers of one slot each, at most this many bytes of them (--pinned-budget; 0: one per
+    // queue_depth), and each is copied into its slot on the copy stream. A staging buffer is
+    // reused once its copy has completed (its own event). Ignored on the CPU backend, where reads
+    // land in the slots themselves.
+    int64_t staging_bytes = 0;
   };
 
   // The cache and the mutex/condition variable that guard it are shared with the compute side;

@@ -113,6 +113,7 @@ void free_aligned(Buffer& buffer) {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  bool staging_is_device() const override { return true; }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CpuStream>(); }
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
   Buffer alloc_device(size_t bytes) override { return alloc_aligned(bytes); }

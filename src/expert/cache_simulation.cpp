@@ -17,6 +17,7 @@ class NullEvent final : public Event {
 class BookkeepingBackend final : public Backend {
  public:
   std::string name() const override { return "bookkeeping"; }
+  bool staging_is_device() const override { return true; }
   std::unique_ptr<Stream> create_stream() override { unsupported(); }
   std::unique_ptr<Event> create_event() override { return std::make_unique<NullEvent>(); }
   Buffer alloc_device(size_t bytes) override { return Buffer{nullptr, bytes}; }

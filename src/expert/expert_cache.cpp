@@ -30,6 +30,7 @@ ExpertCache::ExpertCache(Backend& backend, const Options& options)
     for (auto& slot : slots_) {
       slot.buffer = backend_.alloc_device(size_t(slot_bytes_));
       slot.event = backend_.create_event();
+      slot.consumed = backend_.create_event();
     }
   } catch (...) {
     for (auto& slot : slots_) {
@@ -49,7 +50,7 @@ ExpertCache::~ExpertCache() {
 
 ExpertCache::Lookup ExpertCache::lookup_of(int32_t slot) const {
   const Slot& s = slots_[size_t(slot)];
-  return {s.state, slot, s.buffer.data, s.event.get()};
+  return {s.state, slot, s.buffer.data, s.event.get(), s.consumed.get()};
 }
 
 ExpertCache::Lookup ExpertCache::find(ExpertKey key) const {

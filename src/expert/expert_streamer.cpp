@@ -60,6 +60,7 @@ ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_d
   prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, mutex_, loaded_, backend, options.prefetch);
   views_.resize(size_t(c.n_expert));
   pinned_.assign(size_t(c.n_expert), 0);
+  consumed_.assign(size_t(c.n_expert), nullptr);
   if (options.mode == PrefetchMode::kPredict) {
     predictors_ = Predictors::load(pack_dir);
     if (!predictors_)
@@ -173,18 +174,29 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
       }
       slot = requested ? cache_->acquire(key) : cache_->find(key);  // pin it (already pinned if it was loading)
       ++stats_.waits;
-      lock.unlock();
-      slot.ready->wait();
-      lock.lock();
+      if (compute_stream_ == nullptr) {
+        lock.unlock();
+        slot.ready->wait();
+        lock.lock();
+      }
       stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
     lock.unlock();
-    if (!slot.ready->query()) {  // ready in the cache, the copy event not yet signalled
+    if (compute_stream_ != nullptr) {
+      // kReady means the copy into the slot has been queued and its event recorded, so the
+      // stream's wait covers that copy (waiting on an event recorded later would be too late).
+      if (!slot.ready->query()) {
+        compute_stream_->wait_event(*slot.ready);
+        std::lock_guard relock(mutex_);
+        ++stats_.device_waits;
+      }
+    } else if (!slot.ready->query()) {  // ready in the cache, the copy event not yet signalled
       const auto start = Clock::now();
       slot.ready->wait();
       std::lock_guard relock(mutex_);
       stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
+    consumed_[size_t(e)] = slot.consumed;
     views_[size_t(e)] = view_of(packed, slot.data);
     views[i] = &views_[size_t(e)];
     pinned_[size_t(e)] = 1;
@@ -196,6 +208,8 @@ void ExpertStreamer::release(int64_t layer, std::span<const int32_t> experts) {
   std::lock_guard lock(mutex_);
   for (const int32_t e : experts) {
     if (!pinned_[size_t(e)]) continue;
+    // Kernels reading the slot may still be queued: the next copy into it waits for this event.
+    if (compute_stream_ != nullptr) compute_stream_->record(*consumed_[size_t(e)]);
     cache_->release(ExpertKey{int32_t(layer), e});
     pinned_[size_t(e)] = 0;
   }

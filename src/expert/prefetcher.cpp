@@ -37,6 +37,8 @@ struct AsyncPrefetcher::Impl {
     ExpertKey key{};
     const PackedExpert* expert = nullptr;
     ExpertCache::Lookup slot{};
+    int staging = -1;     // staging buffer the read lands in (separate tiers), else -1
+    void* dst = nullptr;  // where the read lands: the staging buffer, or the slot itself
     Clock::time_point submitted;
     Clock::time_point ready_at;  // when the modelled latency has passed
     bool used = false;
@@ -45,6 +47,11 @@ struct AsyncPrefetcher::Impl {
     std::array<size_t, ReadRequest::kMaxSegments> experts{};  // in_flight indices
     int n_experts = 0;
     bool used = false;
+  };
+  struct Staging {  // one page-locked buffer of slot_bytes
+    Buffer buffer;
+    std::unique_ptr<Event> copied;  // signalled when its last H2D copy has completed
+    bool used = false;              // a read is landing in it, or its copy is not yet queued
   };
   struct FilePlace {
     size_t cluster;   // index into manifest.clusters (and files)
@@ -65,6 +72,7 @@ struct AsyncPrefetcher::Impl {
   int max_run_experts = 1;
   std::unique_ptr<IoRing> ring;
   std::unique_ptr<Stream> copy_stream;
+  std::vector<Staging> staging;  // empty when the backend's staging memory is the device tier
 
   mutable std::mutex queue_mutex;  // guards queue, stats, error, stopping
   std::condition_variable queue_cv;
@@ -105,6 +113,21 @@ struct AsyncPrefetcher::Impl {
     ring_options.fault_injector = options.fault_injector;
     ring = IoRing::create(ring_options);
     copy_stream = backend.create_stream();
+    if (!backend.staging_is_device()) {
+      const int64_t slot_bytes = cache.slot_bytes();
+      if (options.staging_bytes > 0 && options.staging_bytes < slot_bytes)
+        throw_error("--pinned-budget: {} bytes is smaller than one expert slot ({} bytes)", options.staging_bytes,
+                    slot_bytes);
+      // More buffers than 4 x queue_depth cannot be kept busy: a buffer is held by one read and
+      // then one copy.
+      const int64_t wanted = options.staging_bytes > 0 ? options.staging_bytes / slot_bytes : ring_options.queue_depth;
+      staging.resize(size_t(std::clamp<int64_t>(wanted, 1, 4 * int64_t(ring_options.queue_depth))));
+      for (Staging& buffer : staging) {
+        buffer.buffer = backend.alloc_staging(size_t(slot_bytes));
+        buffer.copied = backend.create_event();
+      }
+      stats.staging_buffers = std::ssize(staging);
+    }
     in_flight.resize(ring_options.queue_depth);
     reads.resize(ring_options.queue_depth);
     thread = std::thread([this] { run(); });
@@ -118,6 +141,19 @@ struct AsyncPrefetcher::Impl {
     queue_cv.notify_all();
     thread.join();
     copy_stream->synchronize();
+    for (Staging& buffer : staging) backend.free_staging(buffer.buffer);
+  }
+
+  // A staging buffer that no read holds and whose last copy has completed, or -1.
+  int free_staging() const {
+    for (size_t i = 0; i < staging.size(); ++i)
+      if (!staging[i].used && staging[i].copied->query()) return int(i);
+    return -1;
+  }
+  size_t n_free_staging() const {
+    size_t n = 0;
+    for (const Staging& buffer : staging) n += !buffer.used && buffer.copied->query();
+    return n;
   }
 
   // Picks up to `room` requests, most urgent first; a demand request brings its queued file
@@ -210,7 +246,15 @@ struct AsyncPrefetcher::Impl {
       CHRONOS_CHECK_MSG(expert.bytes <= cache.slot_bytes(), "expert extent {} exceeds the slot size {}", expert.bytes,
                         cache.slot_bytes());
       const size_t index = free_index(in_flight);
-      in_flight[index] = InFlight{key, &expert, *slot, Clock::now(), {}, true};
+      int staged = -1;
+      void* dst = slot->data;
+      if (!staging.empty()) {  // run() asked for no more experts than there are free staging buffers
+        staged = free_staging();
+        CHRONOS_CHECK(staged >= 0);
+        staging[size_t(staged)].used = true;
+        dst = staging[size_t(staged)].buffer.data;
+      }
+      in_flight[index] = InFlight{key, &expert, *slot, staged, dst, Clock::now(), {}, true};
       ++n_busy;
       started.push_back(index);
     }
@@ -231,9 +275,9 @@ struct AsyncPrefetcher::Impl {
       ReadRequest request{files[file_of_cluster.at(head.cluster)].fd(), head.offset, 0, nullptr, uint64_t(read_index)};
       if (run.size() == 1) {
         request.bytes = head.bytes;
-        request.dst = in_flight[run.front()].slot.data;
+        request.dst = in_flight[run.front()].dst;
       } else {
-        for (const size_t index : run) request.add_segment(in_flight[index].slot.data, in_flight[index].expert->bytes);
+        for (const size_t index : run) request.add_segment(in_flight[index].dst, in_flight[index].expert->bytes);
       }
       batch.push_back(request);
     }
@@ -295,12 +339,25 @@ struct AsyncPrefetcher::Impl {
     return out;
   }
 
-  // The slot's bytes are usable: on the CPU backend the read landed in the slot itself, so the
-  // copy is a no-op; the event is recorded on the copy stream as the CUDA backend will do.
+  // The read is complete and checked. On the CPU backend it landed in the slot itself, so the
+  // copy is a no-op and the event is recorded on the copy stream all the same. With separate tiers
+  // the copy waits until no kernel reads the slot's previous expert, then the slot's event and the
+  // staging buffer's event follow the copy.
   void make_ready(size_t index) {
     InFlight& f = in_flight[index];
-    backend.copy_to_device(*copy_stream, f.slot.data, f.slot.data, size_t(f.expert->bytes));
-    copy_stream->record(*f.slot.ready);
+    if (f.staging >= 0) {
+      Staging& buffer = staging[size_t(f.staging)];
+      copy_stream->wait_event(*f.slot.consumed);
+      backend.copy_to_device(*copy_stream, f.slot.data, buffer.buffer.data, size_t(f.expert->bytes));
+      copy_stream->record(*f.slot.ready);
+      copy_stream->record(*buffer.copied);
+      buffer.used = false;
+      std::lock_guard q(queue_mutex);
+      ++stats.copies;
+    } else {
+      backend.copy_to_device(*copy_stream, f.slot.data, f.slot.data, size_t(f.expert->bytes));
+      copy_stream->record(*f.slot.ready);
+    }
     {
       std::lock_guard lock(cache_mutex);
       cache.finish_load(f.key);
@@ -318,6 +375,7 @@ struct AsyncPrefetcher::Impl {
 
   void abort(size_t index, const std::string& message) {
     InFlight& f = in_flight[index];
+    if (f.staging >= 0) staging[size_t(f.staging)].used = false;  // nothing to copy
     copy_stream->record(*f.slot.ready);  // wakes anyone waiting on the event
     {
       std::lock_guard lock(cache_mutex);
@@ -365,7 +423,7 @@ struct AsyncPrefetcher::Impl {
       try {
         verify_expert_bytes(
             *f.expert, cluster.file,
-            std::span<const std::byte>(static_cast<const std::byte*>(f.slot.data), size_t(f.expert->bytes)));
+            std::span<const std::byte>(static_cast<const std::byte*>(f.dst), size_t(f.expert->bytes)));
       } catch (const Error& e) {
         abort(index, e.what());
         return;
@@ -403,10 +461,18 @@ struct AsyncPrefetcher::Impl {
           queue_cv.wait(q, [&] { return stopping || !queue.empty(); });
         }
         if (stopping && n_in_flight == 0) break;
-        if (!stopping) picked = take(in_flight.size() - n_busy);
+        size_t room = in_flight.size() - n_busy;
+        if (!staging.empty()) {
+          const size_t free_buffers = n_free_staging();
+          if (free_buffers < room && !queue.empty()) ++stats.staging_full;
+          room = std::min(room, free_buffers);
+        }
+        if (!stopping) picked = take(room);
       }
-      if (issue(picked) == 0 && n_in_flight == 0 && delayed.empty() && !picked.empty()) {
-        // Only demand requests waiting for a slot: the compute side must release one first.
+      const size_t issued = issue(picked);
+      if (issued == 0 && n_in_flight == 0 && delayed.empty() && (!picked.empty() || !staging.empty())) {
+        // Only demand requests waiting for a slot (the compute side must release one first), or
+        // every staging buffer waiting for its copy: poll again shortly.
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
       // Wait briefly for completions so that new (demand) requests are picked up quickly.

@@ -1,0 +1,176 @@
+// The CUDA backend (see cuda_backend.h). Every CUDA result is checked; nothing here synchronizes a
+// device or a stream except Stream::synchronize (tests and shutdown) and Event::wait.
+#include "backend/cuda/cuda_backend.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <functional>
+
+#include "chronos/error.h"
+
+namespace chronos {
+
+void cuda_check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw_error("CUDA: {}: {}", what, cudaGetErrorString(status));
+}
+
+namespace {
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent() { cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  bool query() const override {
+    const cudaError_t status = cudaEventQuery(event_);
+    if (status == cudaErrorNotReady) return false;
+    cuda_check(status, "cudaEventQuery");
+    return true;  // never recorded, or everything recorded before it has run
+  }
+  void wait() const override { cuda_check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  cudaEvent_t handle() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Host tasks run from the CUDA driver's callback thread once the stream reaches them; they must not
+// call CUDA themselves (cudaLaunchHostFunc's rule).
+void run_host_task(void* data) {
+  std::unique_ptr<std::function<void()>> task(static_cast<std::function<void()>*>(data));
+  (*task)();
+}
+
+class CudaStream final : public Stream {
+ public:
+  explicit CudaStream(int ordinal) : ordinal_(ordinal) {
+    cuda_check(cudaSetDevice(ordinal_), "cudaSetDevice");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaStream() override {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  void enqueue(std::function<void()> task) override {
+    auto* heap = new std::function<void()>(std::move(task));
+    const cudaError_t status = cudaLaunchHostFunc(stream_, run_host_task, heap);
+    if (status != cudaSuccess) delete heap;
+    cuda_check(status, "cudaLaunchHostFunc");
+  }
+  void record(Event& event) override {
+    cuda_check(cudaEventRecord(cuda_event_of(event), stream_), "cudaEventRecord");
+  }
+  void wait_event(const Event& event) override {
+    cuda_check(cudaStreamWaitEvent(stream_, cuda_event_of(event), 0), "cudaStreamWaitEvent");
+  }
+  void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  cudaStream_t handle() const { return stream_; }
+
+ private:
+  int ordinal_;
+  cudaStream_t stream_ = nullptr;
+};
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  explicit CudaBackendImpl(int ordinal) : ordinal_(ordinal) {}
+  std::string name() const override { return fmt::format("cuda:{}", ordinal_); }
+  bool staging_is_device() const override { return false; }
+  int ordinal() const override { return ordinal_; }
+  void make_current() const override { cuda_check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+  CudaDeviceInfo info() const override {
+    make_current();
+    cudaDeviceProp prop{};
+    cuda_check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
+    CudaDeviceInfo out;
+    out.ordinal = ordinal_;
+    out.name = prop.name;
+    out.sm_major = prop.major;
+    out.sm_minor = prop.minor;
+    cuda_check(cudaMemGetInfo(&out.free_bytes, &out.total_bytes), "cudaMemGetInfo");
+    return out;
+  }
+  std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(ordinal_); }
+  std::unique_ptr<Event> create_event() override {
+    make_current();
+    return std::make_unique<CudaEvent>();
+  }
+  Buffer alloc_device(size_t bytes) override {
+    if (bytes == 0) return {};
+    make_current();
+    void* data = nullptr;
+    const cudaError_t status = cudaMalloc(&data, bytes);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear it
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      throw_error("CUDA: out of device memory allocating {:.1f} MiB ({:.1f} of {:.1f} MiB free): lower --expert-cache "
+                  "or --ctx-size",
+                  double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20));
+    }
+    cuda_check(status, "cudaMalloc");
+    return Buffer{data, bytes};
+  }
+  void free_device(Buffer& buffer) override {
+    if (buffer.data != nullptr) cudaFree(buffer.data);
+    buffer = {};
+  }
+  Buffer alloc_staging(size_t bytes) override {
+    if (bytes == 0) return {};
+    make_current();
+    void* data = nullptr;
+    const cudaError_t status = cudaHostAlloc(&data, bytes, cudaHostAllocDefault);
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw_error("CUDA: cannot page-lock {:.1f} MiB of host memory for staging: lower --pinned-budget",
+                  double(bytes) / (1 << 20));
+    }
+    cuda_check(status, "cudaHostAlloc");
+    // O_DIRECT reads land here: page-locked allocations are page-aligned.
+    CHRONOS_CHECK_MSG(reinterpret_cast<uintptr_t>(data) % 4096 == 0, "cudaHostAlloc returned unaligned memory");
+    return Buffer{data, bytes};
+  }
+  void free_staging(Buffer& buffer) override {
+    if (buffer.data != nullptr) cudaFreeHost(buffer.data);
+    buffer = {};
+  }
+  void copy_to_device(Stream& stream, void* dst, const void* src, size_t bytes) override {
+    make_current();  // the prefetcher's I/O thread calls this
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream_of(stream)), "cudaMemcpyAsync");
+  }
+
+ private:
+  int ordinal_;
+};
+
+}  // namespace
+
+cudaStream_t cuda_stream_of(Stream& stream) {
+  auto* cuda = dynamic_cast<CudaStream*>(&stream);
+  CHRONOS_CHECK_MSG(cuda != nullptr, "a stream of another backend was given to the CUDA backend");
+  return cuda->handle();
+}
+
+cudaEvent_t cuda_event_of(const Event& event) {
+  const auto* cuda = dynamic_cast<const CudaEvent*>(&event);
+  CHRONOS_CHECK_MSG(cuda != nullptr, "an event of another backend was given to the CUDA backend");
+  return cuda->handle();
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw_error("--device cuda: no usable CUDA device ({})",
+                status != cudaSuccess ? cudaGetErrorString(status) : "no GPU found");
+  }
+  if (ordinal >= count) throw_error("--device cuda:{}: this machine has {} CUDA device(s)", ordinal, count);
+  auto backend = std::make_unique<CudaBackendImpl>(ordinal);
+  const CudaDeviceInfo info = backend->info();
+  spdlog::info("CUDA device {}: {} (sm_{}{}), {:.1f} of {:.1f} GiB free", ordinal, info.name, info.sm_major,
+               info.sm_minor, double(info.free_bytes) / (1 << 30), double(info.total_bytes) / (1 << 30));
+  return backend;
+}
+
+}  // namespace chronos
