@@ -24,6 +24,11 @@ if(CHRONOS_HAVE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES "80-real;86-real;89-real;90-real;90-virtual")
   endif()
   enable_language(CUDA)
+  # The kernels include the engine's C++20 headers (std::bit_cast, std::span). CMake 3.25 does
+  # not know nvcc's C++20 flag (nvcc 12+ has it), so it is told here.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
