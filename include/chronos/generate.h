@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chronos/model.h"
+#include "chronos/model_runner.h"
 #include "chronos/sampler.h"
 
 namespace chronos {
@@ -49,23 +50,24 @@ using TextFn = std::function<bool(std::string_view text)>;
 
 class Generator {
  public:
-  // n_ctx: positions of the KV cache; batch: tokens per prefill step.
+  // On the CPU. n_ctx: positions of the KV cache; batch: tokens per prefill step.
   Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch = 32);
+  // On any runner (make_cuda_runner for --device cuda).
+  Generator(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<ModelRunner> runner);
   ~Generator();
 
   // Runs one request from an empty cache. Throws Error when the prompt does not fit the context.
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextFn& on_text);
 
   int64_t n_ctx() const { return n_ctx_; }
-  int64_t kv_bytes() const { return kv_.n_bytes(); }
+  int64_t kv_bytes() const { return runner_->memory().kv_cache_bytes; }
+  const ModelRunner& runner() const { return *runner_; }
 
  private:
   const Model& model_;
   const Tokenizer& tokenizer_;
-  ThreadPool& pool_;
+  std::unique_ptr<ModelRunner> runner_;
   int64_t n_ctx_;
-  KvCache kv_;
-  Model::ScratchPtr scratch_;
   std::vector<float> logits_;
 };
 

@@ -147,6 +147,9 @@ class Model {
   void set_block_observer(BlockFn fn) { block_ = std::move(fn); }
   // With a provider, routed experts come from it; without one they must be bound (checkpoint load).
   void set_expert_provider(ExpertProvider* provider) { provider_ = provider; }
+  ExpertProvider* expert_provider() const { return provider_; }
+  const RouteFn& route_observer() const { return route_; }
+  const BlockFn& block_observer() const { return block_; }
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
   static MoeCounters& counters(Scratch& scratch);

@@ -17,6 +17,7 @@
 #include "chronos/generate.h"
 #include "chronos/generation_config.h"
 #include "chronos/model.h"
+#include "chronos/model_runner.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
 #include "cli/commands.h"
@@ -49,6 +50,8 @@ struct GenerateArgs {
   double io_latency_ms = 0.0;
   bool force_pread = false;
   std::string prefetch = "none";
+  std::string device = "cpu";
+  std::string pinned_budget;  // empty: the prefetcher's default (one slot per read in flight)
 };
 
 OnMiss parse_on_miss(const std::string& text) {
@@ -127,8 +130,13 @@ int run_generate(const GenerateArgs& args) {
   if (n_ctx > cfg.n_ctx_train)
     throw UsageError(fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
-  // A pack folder streams its routed experts through a budgeted cache.
+  // The CPU backend is only needed for a pack folder; a CUDA device always.
+  const bool on_cuda = args.device != "cpu";
   std::unique_ptr<Backend> backend;
+  if (on_cuda || model->experts_streamed()) backend = make_backend(args.device);
+  if (!args.pinned_budget.empty() && !(on_cuda && model->experts_streamed()))
+    throw UsageError("--pinned-budget needs --device cuda and a pack folder (it bounds the page-locked staging tier)");
+  // A pack folder streams its routed experts through a budgeted cache.
   std::unique_ptr<ExpertStreamer> streamer;
   if (model->experts_streamed()) {
     StreamerOptions so;
@@ -136,8 +144,9 @@ int run_generate(const GenerateArgs& args) {
     so.on_miss = parse_on_miss(args.on_miss);
     so.prefetch.io_latency_ms = args.io_latency_ms;
     so.prefetch.force_pread = args.force_pread;
+    if (!args.pinned_budget.empty())
+      so.prefetch.staging_bytes = parse_budget(args.pinned_budget, model->sizes().expert_bytes, "--pinned-budget");
     so.mode = parse_prefetch_mode(args.prefetch);
-    backend = make_cpu_backend();
     streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
     model->set_expert_provider(streamer.get());
     options.on_step = [&](int64_t pos) {
@@ -148,7 +157,17 @@ int run_generate(const GenerateArgs& args) {
              args.prefetch != "none") {
     throw UsageError("--expert-cache, --on-miss, --prefetch and --io-latency-ms need a pack folder (chronos pack)");
   }
-  Generator generator(*model, tokenizer, pool, n_ctx, args.batch_size);
+  Generator generator = on_cuda ? Generator(*model, tokenizer, make_cuda_runner(*model, *backend, n_ctx, args.batch_size))
+                                : Generator(*model, tokenizer, pool, n_ctx, args.batch_size);
+  const RunnerMemory memory = generator.runner().memory();
+  if (on_cuda) {
+    spdlog::info("{}: VRAM: dense weights {} B, routed experts {} B (checkpoint) or {} B of cache slots (pack), "
+                 "KV cache {} B, workspace {} B; page-locked: runner {} B, staging {} B",
+                 args.device, memory.dense_weight_bytes, memory.expert_weight_bytes,
+                 streamer ? streamer->n_slots() * streamer->cache().slot_bytes() : 0, memory.kv_cache_bytes,
+                 memory.workspace_bytes, memory.pinned_bytes,
+                 streamer ? streamer->stats().prefetch.staging_buffers * streamer->cache().slot_bytes() : 0);
+  }
   spdlog::info("{}: {} layers, {} experts (top-{}), {} prompt tokens, {} threads", dir.string(), cfg.n_layer,
                cfg.n_expert, cfg.n_expert_used, prompt.size(), pool.size());
 
@@ -192,7 +211,12 @@ int run_generate(const GenerateArgs& args) {
         {"decode_tokens_per_second", stats.decode_tokens_per_second()},
         {"stop_reason", stop_reason_name(stats.stop_reason)},
         {"peak_rss_bytes", peak_rss_bytes()},
-        {"kv_cache_bytes", generator.kv_bytes()},
+        {"device", generator.runner().device()},
+        {"kv_cache_bytes", memory.kv_cache_bytes},
+        {"device_dense_weight_bytes", memory.dense_weight_bytes},
+        {"device_expert_weight_bytes", memory.expert_weight_bytes},
+        {"workspace_bytes", memory.workspace_bytes},
+        {"pinned_bytes", memory.pinned_bytes},
         {"dense_bytes", model->sizes().dense_bytes},
         {"expert_bytes", model->sizes().expert_bytes},
     };
@@ -202,7 +226,9 @@ int run_generate(const GenerateArgs& args) {
                       {"misses", ss.misses}, {"fallbacks", ss.fallbacks}, {"stall_seconds", ss.stall_seconds},
                       {"bytes_read", ss.prefetch.bytes_read}, {"reads", ss.prefetch.reads},
                       {"cache_slots", streamer->n_slots()}, {"peak_cache_bytes", ss.cache.peak_bytes},
-                      {"budget_bytes", streamer->cache().budget_bytes()}};
+                      {"budget_bytes", streamer->cache().budget_bytes()}, {"device_waits", ss.device_waits},
+                      {"copies", ss.prefetch.copies},
+                      {"staging_bytes", ss.prefetch.staging_buffers * streamer->cache().slot_bytes()}};
     }
     write_file_atomically(args.stats_json, j.dump(2) + "\n");
   }
@@ -238,6 +264,10 @@ Command register_generate(CLI::App& app) {
   sub->add_option("--io-latency-ms", args->io_latency_ms, "Pack folders: add this latency to every expert read");
   sub->add_option("--prefetch", args->prefetch, "Pack folders: none, lru or predict (trained predictors)")->capture_default_str();
   sub->add_flag("--pread", args->force_pread, "Pack folders: read with pread threads instead of io_uring");
+  sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  sub->add_option("--pinned-budget", args->pinned_budget,
+                  "CUDA + pack folders: page-locked staging memory for expert reads (256MiB, 5%; default: one "
+                  "slot per read in flight)");
   return Command{sub, [args] { return run_generate(*args); }};
 }
 

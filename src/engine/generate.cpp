@@ -7,7 +7,6 @@
 
 #include "chronos/error.h"
 #include "chronos/tokenizer.h"
-#include "model/scratch.h"
 
 namespace chronos {
 namespace {
@@ -71,8 +70,11 @@ double GenerateStats::decode_tokens_per_second() const {
 }
 
 Generator::Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch)
-    : model_(model), tokenizer_(tokenizer), pool_(pool), n_ctx_(n_ctx), kv_(model.config(), n_ctx),
-      scratch_(model.make_scratch(batch, n_ctx)), logits_(size_t(model.config().n_vocab)) {}
+    : Generator(model, tokenizer, make_cpu_runner(model, pool, n_ctx, batch)) {}
+
+Generator::Generator(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<ModelRunner> runner)
+    : model_(model), tokenizer_(tokenizer), runner_(std::move(runner)), n_ctx_(runner_->n_ctx()),
+      logits_(size_t(model.config().n_vocab)) {}
 
 Generator::~Generator() = default;
 
@@ -92,7 +94,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
 
   const auto start = std::chrono::steady_clock::now();
   if (options.on_step) options.on_step(0);
-  model_.forward(prompt, 0, kv_, *scratch_, pool_, logits_.data(), false);
+  runner_->forward(prompt, 0, logits_.data(), false);
   stats.prefill_seconds = seconds_since(start);
   auto decode_start = start;
   int64_t pos = stats.prompt_tokens;
@@ -120,7 +122,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
     if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
     if (options.on_step) options.on_step(pos);
-    model_.forward(std::span<const int32_t>(&history.back(), 1), pos, kv_, *scratch_, pool_, logits_.data(), false);
+    runner_->forward(std::span<const int32_t>(&history.back(), 1), pos, logits_.data(), false);
     ++pos;
   }
   if (stats.stop_reason != StopReason::kStopString && stats.stop_reason != StopReason::kCallback) {
