@@ -59,6 +59,9 @@ class Backend {
   // Queues a copy from staging to device memory on `stream` (CPU: a memcpy task, or nothing
   // when both point to the same bytes, the tiers having merged).
   virtual void copy_to_device(Stream& stream, void* device_dst, const void* staging_src, size_t bytes) = 0;
+  // Seconds spent in staging-to-device copies that have completed so far, timed on the device
+  // (CUDA: an event pair around each copy on its stream); 0 where the tiers merge.
+  virtual double copy_seconds() { return 0.0; }
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

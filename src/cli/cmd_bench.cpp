@@ -14,6 +14,7 @@
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/model.h"
+#include "chronos/model_runner.h"
 #include "chronos/svg_chart.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
@@ -38,6 +39,8 @@ struct BenchArgs {
   int64_t ctx_size = 1024;
   bool no_baseline = false;
   bool force_pread = false;
+  std::string device = "cpu";
+  std::string pinned_budget;
 };
 
 struct Config {
@@ -58,6 +61,7 @@ struct Result {
   StreamerStats stats;
   int64_t budget_bytes = 0;
   int64_t agree = 0, compared = 0;  // greedy agreement with the exact run
+  double copy_seconds = 0;          // staging -> VRAM copy time (CUDA), timed on the copy stream
   double kl_sum = 0;
   bool identical = true;            // free-running tokens equal the exact run's
 };
@@ -174,8 +178,8 @@ int run_bench(const BenchArgs& args) {
     resident_budget = slot * std::ssize(manifest.experts);
   }
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
-  KvCache kv(c, n_ctx);
-  auto scratch = model->make_scratch(32, n_ctx);
+  const bool on_cuda = args.device != "cpu";
+  if (!args.pinned_budget.empty() && !on_cuda) throw UsageError("--pinned-budget needs --device cuda");
   std::vector<float> logits(size_t(c.n_vocab));
   std::vector<std::vector<int32_t>> exact_tokens(prompts.size());
   std::vector<std::vector<float>> exact_logits(prompts.size());  // [n_predict * n_vocab] per prompt
@@ -183,8 +187,10 @@ int run_bench(const BenchArgs& args) {
   std::vector<Result> results;
 
   for (const Config& cfg : configs) {
-    auto backend = make_cpu_backend();
+    auto backend = make_backend(args.device);
     StreamerOptions so;
+    if (!args.pinned_budget.empty())
+      so.prefetch.staging_bytes = parse_budget(args.pinned_budget, model->sizes().expert_bytes, "--pinned-budget");
     so.budget_bytes = parse_budget(cfg.cache, model->sizes().expert_bytes, "--expert-cache");
     so.on_miss = cfg.on_miss;
     so.prefetch.io_latency_ms = cfg.latency_ms;
@@ -196,10 +202,13 @@ int run_bench(const BenchArgs& args) {
     ExpertStreamer streamer(*model, dir, *backend, so);
     if (cfg.resident) preload_all(streamer);
     model->set_expert_provider(&streamer);
+    // After the provider: the CUDA runner hands it its compute stream.
+    const auto runner = on_cuda ? make_cuda_runner(*model, *backend, n_ctx, 32) : make_cpu_runner(*model, pool, n_ctx, 32);
     Result r;
     r.config = cfg;
     r.budget_bytes = cfg.resident ? streamer.n_slots() * streamer.cache().slot_bytes() : so.budget_bytes;
     const StreamerStats before = streamer.stats();
+    const double copies_before = backend->copy_seconds();
     const bool teacher_forced = cfg.on_miss == OnMiss::kFallback && !exact_tokens[0].empty();
     for (size_t p = 0; p < prompts.size(); ++p) {
       const auto& ids = prompts[p];
@@ -208,7 +217,7 @@ int run_bench(const BenchArgs& args) {
       auto start = Clock::now();
       streamer.begin_request();
       streamer.begin_step();
-      model->forward(ids, 0, kv, *scratch, pool, logits.data(), false);
+      runner->forward(ids, 0, logits.data(), false);
       int32_t token = argmax(logits);
       r.ttft_seconds += std::chrono::duration<double>(Clock::now() - start).count();
       std::vector<int32_t> produced = {token};
@@ -229,7 +238,7 @@ int run_bench(const BenchArgs& args) {
         const auto step_start = Clock::now();
         const int64_t pos = std::ssize(ids) + i;
         streamer.begin_step();
-        model->forward(std::span<const int32_t>(&token, 1), pos, kv, *scratch, pool, logits.data(), false);
+        runner->forward(std::span<const int32_t>(&token, 1), pos, logits.data(), false);
         token = argmax(logits);
         produced.push_back(token);
         const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();
@@ -241,6 +250,7 @@ int run_bench(const BenchArgs& args) {
     }
     model->set_expert_provider(nullptr);
     r.stats = streamer.stats();
+    r.copy_seconds = backend->copy_seconds() - copies_before;
     r.stats.stall_seconds -= before.stall_seconds;
     r.stats.prefetch.bytes_read -= before.prefetch.bytes_read;
     r.stats.prefetch.busy_seconds -= before.prefetch.busy_seconds;
@@ -249,8 +259,8 @@ int run_bench(const BenchArgs& args) {
   }
 
   // Table on stderr.
-  fmt::print(stderr, "\nchronos bench: {} ({} prompts x {} tokens, {} threads, io {})\n", dir.string(), prompts.size(),
-             args.n_predict, pool.size(), args.force_pread ? "pread" : "io_uring");
+  fmt::print(stderr, "\nchronos bench: {} ({} prompts x {} tokens, {} threads, io {}, device {})\n", dir.string(),
+             prompts.size(), args.n_predict, pool.size(), args.force_pread ? "pread" : "io_uring", args.device);
   fmt::print(stderr, "{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9}\n", "configuration",
              "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "fallbk%", "read MiB", "read GB/s", "agree%",
              "mean KL");
@@ -286,7 +296,9 @@ int run_bench(const BenchArgs& args) {
                    {"prefetch_requests", r.stats.predicted}, {"predict_seconds", r.stats.predict_seconds},
                    {"cache_protected_skips", r.stats.cache.protected_skips},
                    {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
-                   {"greedy_agreement", agree / 100.0}, {"mean_kl", mean_kl},
+                   {"greedy_agreement", agree / 100.0}, {"mean_kl", mean_kl}, {"device", args.device},
+                   {"device_waits", r.stats.device_waits}, {"copies", r.stats.prefetch.copies},
+                   {"copy_seconds", r.copy_seconds},
                    {"tokens_identical_to_exact", fallback ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
     if (!fallback && !r.config.resident && !r.identical)
       spdlog::error("{}: wait mode produced other tokens than the exact run", r.config.label);
@@ -317,6 +329,8 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--svg", args->svg, "Write a comparison plot (SVG) of tokens/s and stall time");
   sub->add_flag("--no-baseline", args->no_baseline, "Skip the all-resident run (no quality columns then)");
   sub->add_flag("--pread", args->force_pread, "Read with pread threads instead of io_uring");
+  sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  sub->add_option("--pinned-budget", args->pinned_budget, "CUDA: page-locked staging memory for expert reads");
   return Command{sub, [args] { return run_bench(*args); }};
 }
 

@@ -5,7 +5,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <vector>
 
 #include "chronos/error.h"
 
@@ -134,13 +137,62 @@ class CudaBackendImpl final : public CudaBackend {
     if (buffer.data != nullptr) cudaFreeHost(buffer.data);
     buffer = {};
   }
+  ~CudaBackendImpl() override {
+    for (const TimedCopy& c : free_) destroy(c);
+    for (const TimedCopy& c : pending_) destroy(c);
+  }
   void copy_to_device(Stream& stream, void* dst, const void* src, size_t bytes) override {
     make_current();  // the prefetcher's I/O thread calls this
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream_of(stream)), "cudaMemcpyAsync");
+    const cudaStream_t s = cuda_stream_of(stream);
+    std::lock_guard lock(timing_mutex_);
+    harvest();
+    TimedCopy timed{};
+    if (!free_.empty()) {
+      timed = free_.back();
+      free_.pop_back();
+    } else {
+      cuda_check(cudaEventCreate(&timed.start), "cudaEventCreate");
+      cuda_check(cudaEventCreate(&timed.end), "cudaEventCreate");
+    }
+    cuda_check(cudaEventRecord(timed.start, s), "cudaEventRecord");
+    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+    cuda_check(cudaEventRecord(timed.end, s), "cudaEventRecord");
+    pending_.push_back(timed);
+  }
+  double copy_seconds() override {
+    std::lock_guard lock(timing_mutex_);
+    harvest();
+    return copy_seconds_;
   }
 
  private:
+  struct TimedCopy {
+    cudaEvent_t start, end;
+  };
+  static void destroy(const TimedCopy& c) {
+    cudaEventDestroy(c.start);
+    cudaEventDestroy(c.end);
+  }
+  // Adds the durations of completed copies (in order: one copy stream) and recycles their events.
+  void harvest() {
+    while (!pending_.empty()) {
+      const TimedCopy& c = pending_.front();
+      const cudaError_t status = cudaEventQuery(c.end);
+      if (status == cudaErrorNotReady) break;
+      cuda_check(status, "cudaEventQuery");
+      float ms = 0.0f;
+      cuda_check(cudaEventElapsedTime(&ms, c.start, c.end), "cudaEventElapsedTime");
+      copy_seconds_ += double(ms) / 1e3;
+      free_.push_back(c);
+      pending_.pop_front();
+    }
+  }
+
   int ordinal_;
+  std::mutex timing_mutex_;
+  std::deque<TimedCopy> pending_;
+  std::vector<TimedCopy> free_;
+  double copy_seconds_ = 0.0;
 };
 
 }  // namespace

@@ -1,0 +1,186 @@
+// The CUDA runner end to end against the CPU runner on the fixture checkpoints (every
+// architecture, f32 and bf16), and expert streaming on CUDA: wait mode token-identical to the
+// all-in-VRAM run at every budget, fallback never blocking. Skipped without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "chronos/backend.h"
+#include "chronos/error.h"
+#include "chronos/expert_streamer.h"
+#include "chronos/generate.h"
+#include "chronos/model_runner.h"
+#include "chronos/pack.h"
+#include "chronos/pack_format.h"
+#include "chronos/thread_pool.h"
+#include "chronos/tokenizer.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fixture(const std::string& name) { return fs::path(CHRONOS_TEST_DATA_DIR) / "models" / name; }
+
+// The CUDA backend, or nullptr (and the reason) when this machine has no usable device.
+std::unique_ptr<Backend> cuda_backend(std::string& why) {
+  try {
+    return make_backend("cuda");
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+#define REQUIRE_CUDA(backend)                          \
+  std::string why_skipped;                             \
+  auto backend = cuda_backend(why_skipped);            \
+  if (!backend) GTEST_SKIP() << why_skipped
+
+int32_t argmax(const std::vector<float>& v) {
+  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Logits of a prompt (all positions, prefilled in chunks of `batch`) and then of `steps`
+// greedy decode tokens, on one runner.
+std::vector<std::vector<float>> run(ModelRunner& runner, const ModelConfig& c, const std::vector<int32_t>& prompt,
+                                    int steps) {
+  std::vector<std::vector<float>> out;
+  std::vector<float> all(prompt.size() * size_t(c.n_vocab));
+  runner.forward(prompt, 0, all.data(), true);
+  for (size_t t = 0; t < prompt.size(); ++t)
+    out.emplace_back(all.begin() + std::ptrdiff_t(t * size_t(c.n_vocab)),
+                     all.begin() + std::ptrdiff_t((t + 1) * size_t(c.n_vocab)));
+  std::vector<float> logits = out.back();
+  for (int i = 0; i < steps; ++i) {
+    const int32_t token = argmax(logits);
+    runner.forward({&token, 1}, int64_t(prompt.size()) + i, logits.data(), false);
+    out.push_back(logits);
+  }
+  return out;
+}
+
+class CudaParity : public ::testing::TestWithParam<const char*> {};
+
+// Decode and small prefill chunks go through the matvec kernel (f32 activations, f32 sums in
+// another order than the CPU): f32 and bf16 checkpoints agree with the CPU to 1e-3 absolute on
+// these logits (|logit| < 10), the bound of the CPU-vs-transformers parity tests. A 40-token
+// chunk goes through cuBLAS, which for bf16 weights rounds the activations to bf16 first
+// (relative error 2^-9 per input), so those logits get 3e-2.
+TEST_P(CudaParity, LogitsMatchTheCpuRunner) {
+  REQUIRE_CUDA(backend);
+  auto model = Model::load(fixture(GetParam()));
+  const ModelConfig& c = model->config();
+  const bool bf16 = model->sizes().expert_dtype == DType::kBF16;
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
+  for (const int64_t batch : {int64_t(7), int64_t(64)}) {
+    ThreadPool pool(2);
+    auto cpu = make_cpu_runner(*model, pool, 96, batch);
+    auto gpu = make_cuda_runner(*model, *backend, 96, batch);
+    const auto expected = run(*cpu, c, prompt, 8);
+    const auto got = run(*gpu, c, prompt, 8);
+    ASSERT_EQ(got.size(), expected.size());
+    const double tolerance = batch > 16 && bf16 ? 3e-2 : 1e-3;
+    for (size_t t = 0; t < got.size(); ++t) {
+      double worst = 0;
+      for (size_t i = 0; i < got[t].size(); ++i) worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));
+      EXPECT_LE(worst, tolerance) << GetParam() << " batch " << batch << " position " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity,
+                         ::testing::Values("mixtral-f32", "mixtral-bf16", "mixtral-tied-f32", "qwen2_moe-f32",
+                                           "qwen2_moe-bf16", "qwen3_moe-f32", "qwen3_moe-bf16", "olmoe-f32",
+                                           "olmoe-bf16"));
+
+class CudaStreaming : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = fs::temp_directory_path() / ("chronos_cuda_stream_" + std::to_string(::getpid()));
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+  }
+  void TearDown() override { fs::remove_all(work_); }
+
+  fs::path pack(const std::string& name) {
+    PackOptions options;
+    options.method = ClusterMethod::kNone;
+    const fs::path out = work_ / name;
+    write_pack(*Model::load(fixture(name)), fixture(name), out, options, [](int64_t, int64_t) {});
+    return out;
+  }
+
+  // Greedy tokens of a fixed prompt on CUDA: from the checkpoint (all experts in VRAM), or from a
+  // pack through a streamer with `so`.
+  std::vector<int32_t> generate(Backend& backend, const fs::path& dir, const StreamerOptions* so,
+                                StreamerStats* stats = nullptr) {
+    auto model = Model::load(dir);
+    const Tokenizer tokenizer = Tokenizer::load(dir);
+    std::unique_ptr<ExpertStreamer> streamer;
+    GenerateOptions options;
+    options.max_new_tokens = 24;
+    options.ignore_eos = true;
+    if (so != nullptr) {
+      streamer = std::make_unique<ExpertStreamer>(*model, dir, backend, *so);
+      model->set_expert_provider(streamer.get());
+      options.on_step = [&](int64_t) { streamer->begin_step(); };
+    }
+    Generator generator(*model, tokenizer, make_cuda_runner(*model, backend, 128, 8));
+    const auto prompt = tokenizer.encode("The river keeps its own time, and the mill", true);
+    const auto result = generator.generate(prompt, options, [](std::string_view) { return true; });
+    if (stats != nullptr && streamer) *stats = streamer->stats();
+    return result.tokens;
+  }
+
+  fs::path work_;
+};
+
+TEST_F(CudaStreaming, WaitModeIsTokenIdenticalToAllInVramAtEveryBudget) {
+  REQUIRE_CUDA(backend);
+  for (const char* name : {"qwen2_moe-bf16", "mixtral-bf16", "olmoe-f32"}) {
+    const auto resident = generate(*backend, fixture(name), nullptr);
+    const fs::path packed = pack(name);
+    const PackManifest manifest = PackManifest::load(packed);
+    int64_t slot = 0;
+    for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
+    const int64_t all = slot * std::ssize(manifest.experts);
+    for (const int64_t budget : {all, all / 2, all / 4, slot * 3, slot}) {
+      StreamerOptions so;
+      so.budget_bytes = budget;
+      so.prefetch.staging_bytes = slot * 2;
+      StreamerStats stats;
+      EXPECT_EQ(generate(*backend, packed, &so, &stats), resident) << name << " budget " << budget;
+      EXPECT_EQ(stats.prefetch.copies, stats.prefetch.reads);
+      EXPECT_EQ(stats.fallbacks, 0);
+      EXPECT_LE(stats.cache.peak_bytes, budget);
+    }
+  }
+}
+
+TEST_F(CudaStreaming, FallbackNeverBlocksTheHost) {
+  REQUIRE_CUDA(backend);
+  const fs::path packed = pack("qwen2_moe-bf16");
+  StreamerOptions so;
+  so.budget_bytes = Model::load(packed)->sizes().expert_bytes / 4;
+  so.on_miss = OnMiss::kFallback;
+  so.prefetch.io_latency_ms = 5;
+  StreamerStats stats;
+  EXPECT_EQ(generate(*backend, packed, &so, &stats).size(), 24u);
+  EXPECT_EQ(stats.waits, 0);
+  EXPECT_EQ(stats.stall_seconds, 0.0);
+  EXPECT_GT(stats.fallbacks, 0);
+}
+
+TEST(CudaDevice, AbsentDeviceIsAClearError) {
+  std::string why;
+  if (cuda_backend(why)) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_NE(why.find("--device cuda"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace chronos
