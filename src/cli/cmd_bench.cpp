@@ -287,6 +287,7 @@ int run_bench(const BenchArgs& args) {
                    {"prefetch", r.config.prefetch}, {"io_latency_ms", r.config.latency_ms},
                    {"eviction", r.config.eviction == EvictionPolicy::kLru ? "lru" : "lru-freq"},
                    {"all_resident", r.config.resident}, {"decode_tokens_per_second", decode_tps},
+                   {"decode_seconds", r.decode_seconds}, {"decode_steps", r.decode_steps},
                    {"time_to_first_token_seconds", r.ttft_seconds / double(prompts.size())},
                    {"token_latency_p50_seconds", percentile(r.step_seconds, 0.5)},
                    {"token_latency_p99_seconds", percentile(r.step_seconds, 0.99)},
