@@ -170,7 +170,12 @@ CHRONOS_HD inline KeyRange attention_key_range(int64_t pos0, int64_t t, int64_t 
 
 // True when expert a (probability pa) is ranked before expert b: higher probability first, ties to
 // the lower index. A strict total order for non-NaN probabilities, as the CPU's repeated argmax uses.
-CHRONOS_HD inline bool ranks_before(float pa, int64_t a, float pb, int64_t b) { return pa > pb || (pa == pb && a < b); }
+// Unordered pairs (a NaN on either side) count as ties too: a NaN logit makes the router's softmax
+// all NaN, and then the ranks are the expert indices (the CPU's argmax picks 0, 1, ... k-1 as well)
+// instead of all colliding at 0, which would leave slots unwritten and their ids undefined.
+CHRONOS_HD inline bool ranks_before(float pa, int64_t a, float pb, int64_t b) {
+  return pa > pb || (!(pa < pb) && a < b);
+}
 
 // Position of expert e in the descending order of probs[0, n): the number of experts ranked before
 // it. The kernel gives each expert a thread; the experts of rank < k are the selection, slot = rank.

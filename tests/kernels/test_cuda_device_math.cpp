@@ -251,6 +251,31 @@ TEST(CudaDeviceMath, TopKAllEqualTakesLowestIndices) {
   }
 }
 
+// A NaN or +inf logit (or all logits -inf) makes the router's softmax all NaN. The CPU's argmax then
+// takes experts 0 .. k-1; the kernel's ranks must still be a permutation, so that every slot is
+// written once and every id is a valid expert (the host indexes arrays with them).
+TEST(CudaDeviceMath, TopKOfNanProbabilitiesMatchesCpuAndFillsEverySlot) {
+  ScalarIsa scalar;
+  constexpr int64_t kN = 12, kK = 4;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int poison = 0; poison < 3; ++poison) {
+    std::vector<float> probs = test::random_floats(kN, 61);
+    if (poison == 0) probs[5] = nan;
+    if (poison == 1) probs[9] = inf;
+    if (poison == 2) std::fill(probs.begin(), probs.end(), -inf);
+    ops::softmax(probs.data(), kN);
+    ASSERT_TRUE(std::all_of(probs.begin(), probs.end(), [](float p) { return std::isnan(p); })) << poison;
+    std::vector<int> seen(static_cast<size_t>(kN), 0);
+    for (int64_t e = 0; e < kN; ++e) ++seen[size_t(dm::top_k_rank(probs.data(), kN, e))];
+    ASSERT_TRUE(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; })) << poison;
+    std::vector<int32_t> ids(static_cast<size_t>(kK), -1), expected_ids(static_cast<size_t>(kK));
+    std::vector<float> w(static_cast<size_t>(kK)), expected_w(static_cast<size_t>(kK));
+    dm::top_k_select(ids.data(), w.data(), probs.data(), kN, kK, false);
+    reference_top_k(expected_ids.data(), expected_w.data(), probs.data(), kN, kK, false);
+    EXPECT_EQ(ids, expected_ids) << poison;
+  }
+}
+
 // ---- MoE combine -------------------------------------------------------------------------------------
 
 // src/model/moe_block.cpp's weighted sum and soft-gated fallback for one token (slots in order j),
