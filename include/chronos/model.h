@@ -144,7 +144,13 @@ class Model {
 
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
   void set_route_observer(RouteFn fn) { route_ = std::move(fn); }
-  void set_block_observer(BlockFn fn) { block_ = std::move(fn); }
+  // Observes blocks 0 .. last_layer only (the streamer needs block 0 alone; on CUDA each observed
+  // block costs a device-to-host copy and a wait).
+  void set_block_observer(BlockFn fn, int64_t last_layer = INT64_MAX) {
+    block_ = std::move(fn);
+    block_last_layer_ = last_layer;
+  }
+  bool observes_block(int64_t layer) const { return block_ && layer <= block_last_layer_; }
   // With a provider, routed experts come from it; without one they must be bound (checkpoint load).
   void set_expert_provider(ExpertProvider* provider) { provider_ = provider; }
   ExpertProvider* expert_provider() const { return provider_; }
@@ -171,6 +177,7 @@ class Model {
   TraceFn trace_;
   RouteFn route_;
   BlockFn block_;
+  int64_t block_last_layer_ = INT64_MAX;
   ExpertProvider* provider_ = nullptr;
   bool experts_streamed_ = false;
 };

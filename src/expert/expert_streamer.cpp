@@ -68,7 +68,7 @@ ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_d
     if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert)
       throw_error("{}: the predictors were trained for another model", pack_dir.string());
     model_.set_block_observer(
-        [this](int64_t layer, std::span<const float> hidden, int64_t n) { on_block(layer, hidden, n); });
+        [this](int64_t layer, std::span<const float> hidden, int64_t n) { on_block(layer, hidden, n); }, 0);
   }
 }
 
@@ -161,13 +161,22 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     } else if (slot.state != SlotState::kReady) {
       const auto start = Clock::now();
       const bool requested = slot.state == SlotState::kEmpty;
-      if (requested) {
-        lock.unlock();
-        const FetchRequest request{key, FetchPriority::kDemand, step_};
-        prefetcher_->enqueue({&request, 1});
-        lock.lock();
+      const FetchRequest request{key, FetchPriority::kDemand, step_};
+      for (;;) {
+        if (prefetcher_->error() != nullptr) break;
+        const SlotState state = cache_->find(key).state;
+        if (state == SlotState::kReady) break;
+        // An expert read on demand is not pinned until this thread wakes, so a prefetch may evict
+        // it in between; whenever it is absent (not loading, not ready), ask for it (again). A key
+        // is queued once however often it is asked for.
+        if (requested && state == SlotState::kEmpty) {
+          lock.unlock();
+          prefetcher_->enqueue({&request, 1});
+          lock.lock();
+          if (cache_->find(key).state != SlotState::kEmpty) continue;
+        }
+        loaded_.wait_for(lock, std::chrono::milliseconds(2));
       }
-      loaded_.wait(lock, [&] { return prefetcher_->error() != nullptr || cache_->find(key).state == SlotState::kReady; });
       if (const auto error = prefetcher_->error()) {
         if (!requested) cache_->release(key);
         std::rethrow_exception(error);

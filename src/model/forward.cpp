@@ -109,7 +109,7 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
     trace("ffn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
     trace("layer_out", il, s.x.data(), n * d);
-    if (block_) block_(il, std::span<const float>(s.x.data(), size_t(n * d)), n);
+    if (observes_block(il)) block_(il, std::span<const float>(s.x.data(), size_t(n * d)), n);
   }
   if (logits == nullptr) return;
   // Only the rows whose logits are wanted go through the final norm and the LM head.

@@ -77,9 +77,12 @@ class CudaRunner final : public ModelRunner {
 
   ~CudaRunner() override {
     if (ExpertProvider* provider = model_.expert_provider()) provider->set_compute_stream(nullptr);
+    cudaSetDevice(backend_.ordinal());
     cudaStreamSynchronize(stream_);  // shutdown: nothing may still read what is freed below
     for (Buffer& b : device_buffers_) backend_.free_device(b);
+    backend_.free_device(logits_buffer_);
     for (void* p : pinned_) cudaFreeHost(p);
+    if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
     cudaEventDestroy(host_ready_);
   }
 
@@ -214,7 +217,6 @@ class CudaRunner final : public ModelRunner {
     missing_ = device_array<uint8_t>(rows, ws);
     tasks_ = device_array<cuda::ExpertTask>(n_exp, ws);
     ids_ = device_array<int32_t>(b, ws);
-    logits_ = device_array<float>(b * c.n_vocab, ws);
     // cuBLAS inputs rounded to the weight dtype: the widest activation of any product.
     const int64_t widest = std::max({d, c.q_dim(), n_ff});
     converted_ = device_alloc(b * widest * 4, ws);
@@ -244,12 +246,34 @@ class CudaRunner final : public ModelRunner {
     host_missing_ = pinned_array<uint8_t>(rows);
     host_tasks_ = pinned_array<cuda::ExpertTask>(n_exp);
     host_hidden_ = pinned_array<float>(b * d);
-    host_logits_ = pinned_array<float>(b * c.n_vocab);
+    reserve_logit_rows(1);
     expert_rows_.resize(size_t(n_exp + 1));
     fill_.resize(size_t(n_exp));
     active_.reserve(size_t(n_exp));
     views_.resize(size_t(n_exp));
     expert_missing_.resize(size_t(n_exp));
+  }
+
+  // Logits for `rows` positions on the device and in pinned memory: one row unless all-logits
+  // calls ask for more (a vocabulary of 152k is 0.6 MB a row). Called between chunks only.
+  void reserve_logit_rows(int64_t rows) {
+    if (rows <= logit_rows_) return;
+    const int64_t bytes = rows * cfg_.n_vocab * int64_t(sizeof(float));
+    if (logits_buffer_.data != nullptr) {
+      wait_for_host_copies();  // nothing queued may still use the old buffers
+      memory_.workspace_bytes -= int64_t(logits_buffer_.bytes);
+      memory_.pinned_bytes -= int64_t(logits_buffer_.bytes);
+      backend_.free_device(logits_buffer_);
+      cudaFreeHost(host_logits_);
+    }
+    logits_buffer_ = backend_.alloc_device(size_t(bytes));
+    logits_ = static_cast<float*>(logits_buffer_.data);
+    void* pinned = nullptr;
+    cuda_check(cudaHostAlloc(&pinned, size_t(bytes), cudaHostAllocDefault), "cudaHostAlloc");
+    host_logits_ = static_cast<float*>(pinned);
+    memory_.workspace_bytes += bytes;
+    memory_.pinned_bytes += bytes;
+    logit_rows_ = rows;
   }
 
   // ---- the forward pass ------------------------------------------------------------------------
@@ -274,7 +298,10 @@ class CudaRunner final : public ModelRunner {
   void forward_chunk(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
     const ModelConfig& c = cfg_;
     const int64_t n = std::ssize(tokens), d = c.n_embd;
-    // host_ids_ is free: the previous call ended by waiting for its logits, after this copy's predecessor.
+    // The previous chunk normally ended by waiting for its logits (or its last copy); after an
+    // exception it may not have, so wait for its queued uploads before rewriting pinned memory.
+    if (!chunk_completed_) wait_for_host_copies();
+    chunk_completed_ = false;
     std::copy(tokens.begin(), tokens.end(), host_ids_);
     to_device(ids_, host_ids_, n * int64_t(sizeof(int32_t)));
     cuda::embed_rows(x_, tok_embd_, ids_, n, stream_);
@@ -287,22 +314,25 @@ class CudaRunner final : public ModelRunner {
       if (c.layer_is_moe[size_t(il)]) moe(il, n);
       else ffn(l.dense, n, xn_, ffn_out_);
       cuda::add(x_, ffn_out_, n * d, stream_);
-      if (const BlockFn& observe = model_.block_observer()) {
+      if (model_.observes_block(il)) {
         to_host(host_hidden_, x_, n * d * int64_t(sizeof(float)));
         wait_for_host_copies();
-        observe(il, std::span<const float>(host_hidden_, size_t(n * d)), n);
+        model_.block_observer()(il, std::span<const float>(host_hidden_, size_t(n * d)), n);
       }
     }
     if (logits == nullptr) {
       // A prefill chunk before the last: the next chunk rewrites the pinned token ids.
       wait_for_host_copies();
+      chunk_completed_ = true;
       return;
     }
     const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
     cuda::rmsnorm(xn_, x_ + first * d, output_norm_, rows, d, d, c.rms_norm_eps, stream_);
+    reserve_logit_rows(rows);
     project(logits_, xn_, output_, rows);
     to_host(host_logits_, logits_, rows * c.n_vocab * int64_t(sizeof(float)));
     wait_for_host_copies();
+    chunk_completed_ = true;
     std::memcpy(logits, host_logits_, size_t(rows * c.n_vocab) * sizeof(float));
   }
 
@@ -371,7 +401,12 @@ class CudaRunner final : public ModelRunner {
     // Group (token, choice) pairs by expert, as the CPU block does: rows expert_rows[e] ..
     // expert_rows[e + 1] of ff_in belong to expert e; token_rows[t * k + j] is the row of choice j.
     std::fill(fill_.begin(), fill_.end(), 0);
-    for (int64_t i = 0; i < rows; ++i) ++fill_[size_t(host_top_ids_[i])];
+    for (int64_t i = 0; i < rows; ++i) {
+      const int32_t e = host_top_ids_[i];
+      if (e < 0 || e >= n_exp)
+        throw_error("layer {}: the router selected expert {} of {} (non-finite router logits?)", il, e, n_exp);
+      ++fill_[size_t(e)];
+    }
     expert_rows_[0] = 0;
     for (int64_t e = 0; e < n_exp; ++e) expert_rows_[size_t(e + 1)] = expert_rows_[size_t(e)] + fill_[size_t(e)];
     std::fill(fill_.begin(), fill_.end(), 0);
@@ -408,7 +443,8 @@ class CudaRunner final : public ModelRunner {
       for (size_t i = 0; i < count; ++i) {
         expert_missing_[size_t(ids[i])] = views[i] == nullptr;
         if (views[i] == nullptr) continue;
-        CHRONOS_CHECK(views[i]->gate.dtype == expert_dtype);
+        CHRONOS_CHECK(views[i]->gate.dtype == expert_dtype && views[i]->up.dtype == expert_dtype &&
+                      views[i]->down.dtype == expert_dtype);
         const int32_t e = ids[i];
         host_tasks_[first + size_t(n_tasks++)] = cuda::ExpertTask{views[i]->gate.data, views[i]->up.data,
                                                                    views[i]->down.data, expert_rows_[size_t(e)],
@@ -425,14 +461,15 @@ class CudaRunner final : public ModelRunner {
     // The weighted sum with the soft-gated fallback; a missing expert's rows are never read.
     int64_t fallback_pairs = 0;
     for (int64_t t = 0; t < n; ++t) {
-      int64_t missing_here = 0;
+      float missing_mass = 0.0f, total_mass = 0.0f;
       for (int64_t j = 0; j < k; ++j) {
         const bool missing = expert_missing_[size_t(host_top_ids_[t * k + j])];
         host_missing_[t * k + j] = missing ? 1 : 0;
-        missing_here += missing;
+        fallback_pairs += missing;
+        total_mass += host_top_w_[t * k + j];
+        if (missing) missing_mass += host_top_w_[t * k + j];
       }
-      fallback_pairs += missing_here;
-      if (!l.has_shared && missing_here == k) ++counters_.zero_output_tokens;
+      if (!l.has_shared && missing_mass > 0.0f && missing_mass >= total_mass) ++counters_.zero_output_tokens;
     }
     counters_.routed_pairs += rows;
     counters_.fallback_pairs += fallback_pairs;
@@ -470,6 +507,9 @@ class CudaRunner final : public ModelRunner {
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr;
   float *ffn_out_ = nullptr, *ff_gate_ = nullptr, *ff_up_ = nullptr, *ff_in_ = nullptr, *ff_down_ = nullptr;
   float *shared_out_ = nullptr, *shared_logit_ = nullptr, *router_ = nullptr, *top_w_ = nullptr, *logits_ = nullptr;
+  Buffer logits_buffer_;
+  int64_t logit_rows_ = 0;
+  bool chunk_completed_ = true;
   int32_t *top_ids_ = nullptr, *gather_rows_ = nullptr, *token_rows_ = nullptr, *ids_ = nullptr;
   uint8_t* missing_ = nullptr;
   cuda::ExpertTask* tasks_ = nullptr;
