@@ -108,7 +108,7 @@ class CudaBackendImpl final : public CudaBackend {
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
       throw_error("CUDA: out of device memory allocating {:.1f} MiB ({:.1f} of {:.1f} MiB free): lower --expert-cache "
-                  "or --ctx-size",
+                  "or --ctx-size, or stream the experts from a pack folder (chronos pack)",
                   double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20));
     }
     cuda_check(status, "cudaMalloc");
