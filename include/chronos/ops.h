@@ -57,5 +57,13 @@ float dot(const float* a, const float* b, int64_t n);
 // y[n] += alpha * x[n]
 void axpy(float* y, float alpha, const float* x, int64_t n);
 
+// The router's choice: ids/weights = the k largest of probs[n] in descending order, ties (and
+// NaN) to the lower index; weights renormalized to sum 1 when `normalize` (norm_topk_prob).
+void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k, bool normalize);
+
+// Rotate-half RoPE on one head: pairs (i, i + n_rot/2), the GPT-NeoX convention HF uses; cos/sin
+// hold n_rot/2 values for the token's position.
+void rope_head(float* x, const float* cos, const float* sin, int64_t n_rot);
+
 }  // namespace ops
 }  // namespace chronos

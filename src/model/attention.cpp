@@ -10,16 +10,6 @@
 namespace chronos {
 namespace {
 
-// Rotate-half RoPE on one head: pairs (i, i + n_rot/2), the GPT-NeoX convention HF uses.
-void rope_head(float* x, const float* cos, const float* sin, int64_t n_rot) {
-  const int64_t half = n_rot / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    x[i] = a * cos[i] - b * sin[i];
-    x[i + half] = b * cos[i] + a * sin[i];
-  }
-}
-
 // One query head over keys [first, last]: softmax(q·k * scale) · v, computed block by block with a
 // running max so no score buffer larger than a block is needed (exact up to f32 rounding).
 void attend_head(float* out, const float* q, KvCache& kv, int64_t layer, int64_t kv_offset, int64_t first,
@@ -87,8 +77,8 @@ void Model::attention(int64_t il, int64_t n, int64_t pos, KvCache& kv, Scratch& 
     }
     const float* cos = s.rope_cos.data() + (pos + t) * half;
     const float* sin = s.rope_sin.data() + (pos + t) * half;
-    for (int64_t h = 0; h < c.n_head; ++h) rope_head(q + h * hd, cos, sin, c.n_rot);
-    for (int64_t h = 0; h < c.n_head_kv; ++h) rope_head(k + h * hd, cos, sin, c.n_rot);
+    for (int64_t h = 0; h < c.n_head; ++h) ops::rope_head(q + h * hd, cos, sin, c.n_rot);
+    for (int64_t h = 0; h < c.n_head_kv; ++h) ops::rope_head(k + h * hd, cos, sin, c.n_rot);
     std::copy(k, k + kv_dim, kv.k(il, pos + t));
     std::copy(v, v + kv_dim, kv.v(il, pos + t));
   }

@@ -9,20 +9,6 @@
 namespace chronos {
 namespace {
 
-// Top-k of probs[n] by value, ties to the lower index; ids/weights sorted by descending value.
-void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k) {
-  for (int64_t slot = 0; slot < k; ++slot) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < n; ++e) {
-      bool taken = false;
-      for (int64_t prev = 0; prev < slot; ++prev) taken |= ids[prev] == e;
-      if (!taken && (best < 0 || probs[e] > probs[best])) best = int32_t(e);
-    }
-    ids[slot] = best;
-    weights[slot] = probs[best];
-  }
-}
-
 // The expert whose group holds `row` of the grouped rows.
 int32_t row_expert(const Model::Scratch& s, int64_t row, int64_t n_expert) {
   const auto begin = s.expert_rows.begin(), end = s.expert_rows.begin() + n_expert + 1;
@@ -47,12 +33,7 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
     ops::softmax(probs, n_exp);
     int32_t* ids = s.top_ids.data() + t * k;
     float* w = s.top_w.data() + t * k;
-    top_k(ids, w, probs, n_exp, k);
-    if (c.norm_topk_prob) {
-      float sum = 0.0f;
-      for (int64_t j = 0; j < k; ++j) sum += w[j];
-      for (int64_t j = 0; j < k; ++j) w[j] /= sum;
-    }
+    ops::top_k(ids, w, probs, n_exp, k, c.norm_topk_prob);
     for (int64_t j = 0; j < k; ++j) ++s.fill[size_t(ids[j])];
     if (route_) route_(RouteEvent{il, t, {ids, size_t(k)}, {w, size_t(k)}, {probs, size_t(n_exp)}});
   }

@@ -30,4 +30,31 @@ void axpy(float* y, float alpha, const float* x, int64_t n) {
   kernels::active_kernels().axpy(y, alpha, x, n);
 }
 
+void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k, bool normalize) {
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < n; ++e) {
+      bool taken = false;
+      for (int64_t prev = 0; prev < slot; ++prev) taken |= ids[prev] == e;
+      if (!taken && (best < 0 || probs[e] > probs[best])) best = int32_t(e);
+    }
+    ids[slot] = best;
+    weights[slot] = probs[best];
+  }
+  if (normalize) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) sum += weights[j];
+    for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
+  }
+}
+
+void rope_head(float* x, const float* cos, const float* sin, int64_t n_rot) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + half] = b * cos[i] + a * sin[i];
+  }
+}
+
 }  // namespace chronos::ops

@@ -490,24 +490,6 @@ TEST_F(CudaKernels, MoeGateUpAndDownMatchCpuExperts) {
   }
 }
 
-// src/model/moe_block.cpp's top_k (repeated argmax, ties to the lower index) and renormalization.
-void reference_top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k, bool norm) {
-  for (int64_t slot = 0; slot < k; ++slot) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < n; ++e) {
-      bool taken = false;
-      for (int64_t prev = 0; prev < slot; ++prev) taken |= ids[prev] == e;
-      if (!taken && (best < 0 || probs[e] > probs[best])) best = int32_t(e);
-    }
-    ids[slot] = best;
-    weights[slot] = probs[best];
-  }
-  if (norm) {
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += weights[j];
-    for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
-  }
-}
 
 TEST_F(CudaKernels, RouterTopKMatchesCpuRouterWithTies) {
   ScalarIsa scalar;
@@ -548,7 +530,7 @@ TEST_F(CudaKernels, RouterTopKMatchesCpuRouterWithTies) {
                           prob_rel * expected_probs[size_t(e)]);
             std::vector<int32_t> expected_ids(static_cast<size_t>(k));
             std::vector<float> expected_w(static_cast<size_t>(k));
-            reference_top_k(expected_ids.data(), expected_w.data(), expected_probs.data(), n_expert, k, norm);
+            ops::top_k(expected_ids.data(), expected_w.data(), expected_probs.data(), n_expert, k, norm);
             for (int64_t j = 0; j < k; ++j) {
               ASSERT_EQ(ids[size_t(t * k + j)], expected_ids[size_t(j)]) << "n " << n_expert << " k " << k << " t " << t;
               // Renormalization adds a sum of k positive terms and a divide: (2 k + 2) u more.

@@ -128,15 +128,6 @@ TEST(CudaDeviceMath, SigmoidIsTheSharedGateFormula) {
 
 // ---- RoPE --------------------------------------------------------------------------------------------
 
-// src/model/attention.cpp's rope_head (internal to that file), restated.
-void reference_rope_head(float* x, const float* cos, const float* sin, int64_t n_rot) {
-  const int64_t half = n_rot / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    x[i] = a * cos[i] - b * sin[i];
-    x[i + half] = b * cos[i] + a * sin[i];
-  }
-}
 
 TEST(CudaDeviceMath, RopeByFlatIndexMatchesCpuRopeHead) {
   struct Shape {
@@ -151,7 +142,7 @@ TEST(CudaDeviceMath, RopeByFlatIndexMatchesCpuRopeHead) {
     auto expected = x0;
     for (int64_t t = 0; t < s.n_tokens; ++t)
       for (int64_t h = 0; h < s.n_heads; ++h)
-        reference_rope_head(expected.data() + t * s.row_stride + h * s.head_dim, cos.data() + (s.pos0 + t) * half,
+        ops::rope_head(expected.data() + t * s.row_stride + h * s.head_dim, cos.data() + (s.pos0 + t) * half,
                             sin.data() + (s.pos0 + t) * half, s.n_rot);
     // What the kernel does, one "thread" per flat index.
     auto actual = x0;
@@ -192,24 +183,6 @@ TEST(CudaDeviceMath, AttentionKeyRangeIsCausalAndWindowed) {
 
 // ---- Router top-k ------------------------------------------------------------------------------------
 
-// src/model/moe_block.cpp's top_k and renormalization (internal to that file), restated.
-void reference_top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k, bool norm) {
-  for (int64_t slot = 0; slot < k; ++slot) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < n; ++e) {
-      bool taken = false;
-      for (int64_t prev = 0; prev < slot; ++prev) taken |= ids[prev] == e;
-      if (!taken && (best < 0 || probs[e] > probs[best])) best = int32_t(e);
-    }
-    ids[slot] = best;
-    weights[slot] = probs[best];
-  }
-  if (norm) {
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) sum += weights[j];
-    for (int64_t j = 0; j < k; ++j) weights[j] /= sum;
-  }
-}
 
 TEST(CudaDeviceMath, TopKMatchesCpuRouterWithTies) {
   ScalarIsa scalar;
@@ -227,7 +200,7 @@ TEST(CudaDeviceMath, TopKMatchesCpuRouterWithTies) {
           std::vector<int32_t> ids(static_cast<size_t>(k)), expected_ids(static_cast<size_t>(k));
           std::vector<float> w(static_cast<size_t>(k)), expected_w(static_cast<size_t>(k));
           dm::top_k_select(ids.data(), w.data(), probs.data(), n, k, norm);
-          reference_top_k(expected_ids.data(), expected_w.data(), probs.data(), n, k, norm);
+          ops::top_k(expected_ids.data(), expected_w.data(), probs.data(), n, k, norm);
           ASSERT_EQ(ids, expected_ids) << "n " << n << " k " << k << " trial " << trial;
           ASSERT_EQ(w, expected_w) << "n " << n << " k " << k << " trial " << trial;
         }
@@ -271,7 +244,7 @@ TEST(CudaDeviceMath, TopKOfNanProbabilitiesMatchesCpuAndFillsEverySlot) {
     std::vector<int32_t> ids(static_cast<size_t>(kK), -1), expected_ids(static_cast<size_t>(kK));
     std::vector<float> w(static_cast<size_t>(kK)), expected_w(static_cast<size_t>(kK));
     dm::top_k_select(ids.data(), w.data(), probs.data(), kN, kK, false);
-    reference_top_k(expected_ids.data(), expected_w.data(), probs.data(), kN, kK, false);
+    ops::top_k(expected_ids.data(), expected_w.data(), probs.data(), kN, kK, false);
     EXPECT_EQ(ids, expected_ids) << poison;
   }
 }
