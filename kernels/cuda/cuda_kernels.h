@@ -102,8 +102,11 @@ void moe_combine(float* out, const float* y, const int32_t* row, const float* we
                  const float* shared, const float* shared_gate_logit, int64_t n_tokens, int64_t k, int64_t n_embd,
                  cudaStream_t stream);
 
-// dst[i] = src[i] rounded to `dtype` (kF16 or kBF16, round to nearest even), for cuBLAS inputs.
+// dst[i] = src[i] rounded to `dtype` (kF16 or kBF16, round to nearest even).
 void convert_f32(void* dst, DType dtype, const float* src, int64_t n, cudaStream_t stream);
+// src[i] ~= hi[i] + lo[i], both in `dtype` (kF16 or kBF16): cuBLAS inputs that keep about 16
+// significant bits of the f32 activations.
+void split_f32(void* hi, void* lo, DType dtype, const float* src, int64_t n, cudaStream_t stream);
 
 // cuBLAS for the large products of prefill and the LM head.
 class Blas {
@@ -113,8 +116,9 @@ class Blas {
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;
   // y[n, w.rows] = x[n, w.cols] W^T with f32 accumulation and f32 output. For f16/bf16 weights
-  // x is first rounded to the weight dtype into `x_converted` (device, n * w.cols elements of
-  // that dtype); f32 weights use a true-f32 SGEMM (no TF32). Runs on `stream`.
+  // x is split into hi + lo in the weight dtype (split_f32) in `x_converted` (device, 2 * n * w.cols
+  // elements of that dtype) and y = W hi + W lo (two tensor-core products); f32 weights use a
+  // true-f32 SGEMM (no TF32). Runs on `stream`.
   void gemm(float* y, const float* x, const WeightView& w, int64_t n, void* x_converted, cudaStream_t stream);
 
  private:

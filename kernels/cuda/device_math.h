@@ -107,6 +107,17 @@ CHRONOS_HD inline uint16_t f32_to_f16(float value) {
   return uint16_t(sign | uint16_t(rounded >> 13));
 }
 
+// value ~= hi + lo with hi, lo in f16 or bf16 (round to nearest even each): two half-precision
+// operands carry about twice the significant bits of one, so a product summed from both keeps f32
+// activations' accuracy on half-precision tensor-core paths. lo is 0 when hi is not finite.
+CHRONOS_HD inline void split_f32(float value, bool f16, uint16_t& hi, uint16_t& lo) {
+  hi = f16 ? f32_to_f16(value) : f32_to_bf16(value);
+  const float hi_value = f16 ? f16_to_f32(hi) : bf16_to_f32(hi);
+  const float rest = value - hi_value;
+  const bool finite = rest == rest && rest - rest == 0.0f;  // not NaN, not inf
+  lo = finite ? (f16 ? f32_to_f16(rest) : f32_to_bf16(rest)) : uint16_t(0);
+}
+
 // Element i of a weight array stored in `dtype` (kF32, kF16 or kBF16), as f32.
 CHRONOS_HD inline float weight_to_f32(const void* data, DType dtype, int64_t i) {
   if (dtype == DType::kF32) return static_cast<const float*>(data)[i];

@@ -19,6 +19,7 @@
 #include "chronos/error.h"
 #include "chronos/ops.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/test_util.h"
 
 namespace chronos {
@@ -403,21 +404,25 @@ TEST_F(CudaKernels, BlasGemmMatchesCpuMatmul) {
       const int64_t rows = 97, cols = 130;
       const DeviceWeights w(dtype, rows, cols, 20);
       const auto x = test::random_floats(n * cols, 21);
-      // The reference sees x as cuBLAS does: rounded to the weight dtype first.
-      auto x_rounded = x;
-      if (dtype == DType::kBF16)
-        for (auto& v : x_rounded) v = bf16_to_f32(f32_to_bf16(v));
-      if (dtype == DType::kF16)
-        for (auto& v : x_rounded) v = f16_to_f32(f32_to_f16(v));
+      // The reference sees x as cuBLAS does: hi + lo in the weight dtype (split_f32), which differs
+      // from x by about 2^-17 relative, well inside the bound below.
+      auto x_split = x;
+      if (dtype != DType::kF32) {
+        for (auto& v : x_split) {
+          uint16_t hi = 0, lo = 0;
+          cuda::dm::split_f32(v, dtype == DType::kF16, hi, lo);
+          v = dtype == DType::kF16 ? f16_to_f32(hi) + f16_to_f32(lo) : bf16_to_f32(hi) + bf16_to_f32(lo);
+        }
+      }
       std::vector<float> expected(static_cast<size_t>(n * rows));
-      ops::matmul_rows(expected.data(), x_rounded.data(), w.host.view(), n, 0, rows);
+      ops::matmul_rows(expected.data(), x_split.data(), w.host.view(), n, 0, rows);
       DeviceArray<float> dx(x), y(size_t(n * rows));
-      DeviceArray<uint16_t> converted(size_t(n * cols));
+      DeviceArray<uint16_t> converted(size_t(2 * n * cols));
       blas.gemm(y.get(), dx.get(), w.view(), n, converted.get(), stream_);
       sync();
       // Products of two halves are exact in f32 and the accumulation is f32 (no TF32 for F32
-      // weights), so the same 2 n u bound holds.
-      expect_products_close(y.download(), expected, abs_products(w.host.values, x_rounded, n, rows, cols), cols,
+      // weights); the hi and lo products are two sums of `cols` terms, so the bound of 2 * cols holds.
+      expect_products_close(y.download(), expected, abs_products(w.host.values, x_split, n, rows, cols), 2 * cols,
                             std::string(dtype_name(dtype)) + " n " + std::to_string(n));
     }
   }

@@ -66,15 +66,16 @@ std::vector<std::vector<float>> run(ModelRunner& runner, const ModelConfig& c, c
 class CudaParity : public ::testing::TestWithParam<const char*> {};
 
 // Decode and small prefill chunks go through the matvec kernel (f32 activations, f32 sums in
-// another order than the CPU): f32 and bf16 checkpoints agree with the CPU to 1e-3 absolute on
-// these logits (|logit| < 10), the bound of the CPU-vs-transformers parity tests. A 40-token
-// chunk goes through cuBLAS, which for bf16 weights rounds the activations to bf16 first
-// (relative error 2^-9 per input), so those logits get 3e-2.
+// another order than the CPU): the logits agree with the CPU runner to 1e-3 absolute (|logit| <
+// 10), the bound of the CPU-vs-transformers parity tests. A 40-token chunk goes through cuBLAS;
+// with bf16 weights the activations enter it as bf16 hi + lo (about 16 significant bits, relative
+// error ~2^-17), which these spiky random fixtures amplify to at most 2.5e-3 by the last layer
+// (measured under the CPU emulation of the CUDA runtime; rounding x to bf16 alone gave 0.21), so
+// that path gets 5e-3.
 TEST_P(CudaParity, LogitsMatchTheCpuRunner) {
   REQUIRE_CUDA(backend);
   auto model = Model::load(fixture(GetParam()));
   const ModelConfig& c = model->config();
-  const bool bf16 = model->sizes().expert_dtype == DType::kBF16;
   std::vector<int32_t> prompt(40);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
   for (const int64_t batch : {int64_t(7), int64_t(64)}) {
@@ -84,7 +85,8 @@ TEST_P(CudaParity, LogitsMatchTheCpuRunner) {
     const auto expected = run(*cpu, c, prompt, 8);
     const auto got = run(*gpu, c, prompt, 8);
     ASSERT_EQ(got.size(), expected.size());
-    const double tolerance = batch > 16 && bf16 ? 3e-2 : 1e-3;
+    const bool half_weights = model->sizes().expert_dtype != DType::kF32;
+    const double tolerance = batch > 16 && half_weights ? 5e-3 : 1e-3;
     for (size_t t = 0; t < got.size(); ++t) {
       double worst = 0;
       for (size_t i = 0; i < got[t].size(); ++i) worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));

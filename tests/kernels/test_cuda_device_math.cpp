@@ -318,3 +318,40 @@ TEST(CudaDeviceMath, CombinePlanFactors) {
 
 }  // namespace
 }  // namespace chronos
+
+namespace chronos {
+namespace {
+
+// split_f32: hi is x rounded to the half type, lo the rounded remainder, so hi + lo carries about
+// twice the bits of hi alone; infinities keep lo = 0 so W·hi + W·lo is not NaN.
+TEST(CudaDeviceMath, SplitF32KeepsTwiceTheBitsOfOneHalf) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (const bool f16 : {false, true}) {
+    double worst_split = 0, worst_single = 0;
+    for (int i = 0; i < 100000; ++i) {
+      const float x = normal(rng);
+      uint16_t hi = 0, lo = 0;
+      cuda::dm::split_f32(x, f16, hi, lo);
+      const float h = f16 ? f16_to_f32(hi) : bf16_to_f32(hi);
+      const float l = f16 ? f16_to_f32(lo) : bf16_to_f32(lo);
+      EXPECT_EQ(hi, f16 ? f32_to_f16(x) : f32_to_bf16(x));
+      if (std::fabs(x) < 1e-3f) continue;  // relative error of tiny values is not the point here
+      // bf16: 8 significant bits each, the f32 exponent range. f16: 11 bits each, but lo of a small
+      // x falls below f16's normal range, where the step is 2^-24 absolute.
+      const double ax = std::fabs(double(x));
+      const double split_bound = f16 ? 0x1p-21 * ax + 0x1p-25 : 0x1p-16 * ax;
+      worst_split = std::max(worst_split, std::fabs(double(h) + double(l) - double(x)) / split_bound);
+      worst_single = std::max(worst_single, std::fabs(double(h) - double(x)) / ax);
+    }
+    EXPECT_LE(worst_single, f16 ? 0x1p-11 : 0x1p-8);
+    EXPECT_LE(worst_split, 1.0) << (f16 ? "f16" : "bf16");
+  }
+  uint16_t hi = 0, lo = 1;
+  cuda::dm::split_f32(std::numeric_limits<float>::infinity(), false, hi, lo);
+  EXPECT_EQ(bf16_to_f32(hi), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(lo, 0);
+}
+
+}  // namespace
+}  // namespace chronos

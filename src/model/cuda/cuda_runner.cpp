@@ -217,7 +217,8 @@ class CudaRunner final : public ModelRunner {
     missing_ = device_array<uint8_t>(rows, ws);
     tasks_ = device_array<cuda::ExpertTask>(n_exp, ws);
     ids_ = device_array<int32_t>(b, ws);
-    // cuBLAS inputs rounded to the weight dtype: the widest activation of any product.
+    // cuBLAS inputs split into hi + lo halves of the weight dtype (Blas::gemm): two 2-byte values
+    // per element of the widest activation of any product.
     const int64_t widest = std::max({d, c.q_dim(), n_ff});
     converted_ = device_alloc(b * widest * 4, ws);
     const int64_t half = c.n_rot / 2;
