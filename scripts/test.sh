@@ -8,6 +8,13 @@ jobs=$(nproc)
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"
 ctest --preset release
+# With nvcc the release build has the real CUDA code, whose GPU tests skip here: build them a
+# second time on the CPU emulation of the CUDA runtime and run them (tests/cuda_emulator).
+if [ -f build/release/tests/chronos_test_cuda ]; then
+  cmake --preset emulated >/dev/null
+  cmake --build --preset emulated -j "$jobs" --target chronos_test_cuda_emulated
+  ctest --preset emulated -R '^cuda_emulated\.'
+fi
 if [ "${CHRONOS_NO_ASAN:-0}" != 1 ]; then
   cmake --preset asan >/dev/null
   cmake --build --preset asan -j "$jobs"

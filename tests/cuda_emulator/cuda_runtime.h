@@ -45,8 +45,8 @@ struct uint2 {
   unsigned x, y;
 };
 
-extern thread_local uint3 threadIdx;
-extern thread_local uint3 blockIdx;
+extern uint3 threadIdx;  // set by the scheduler before it resumes each emulated thread
+extern uint3 blockIdx;
 extern dim3 blockDim;
 extern dim3 gridDim;
 

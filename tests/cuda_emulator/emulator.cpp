@@ -17,8 +17,8 @@
 #include "cuda_runtime.h"
 #include "chronos/dtype.h"
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
+uint3 threadIdx;  // plain globals: every fiber runs on the one launching thread
+uint3 blockIdx;
 dim3 blockDim;
 dim3 gridDim;
 
