@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds with warnings as errors, runs the whole test suite, then
-# runs it again under AddressSanitizer + UndefinedBehaviorSanitizer (skip with CHRONOS_NO_ASAN=1).
+# runs it again under AddressSanitizer + UndefinedBehaviorSanitizer (skip with CHRONOS_NO_ASAN=1);
+# with nvcc, the GPU tests also run on the CPU emulation of the CUDA runtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
