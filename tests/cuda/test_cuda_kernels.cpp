@@ -20,6 +20,7 @@
 #include "chronos/ops.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_math.h"
+#include "kernels/reference_combine.h"
 #include "kernels/test_util.h"
 
 namespace chronos {
@@ -550,27 +551,6 @@ TEST_F(CudaKernels, RouterTopKMatchesCpuRouterWithTies) {
   EXPECT_THROW(cuda::router_topk(nullptr, nullptr, nullptr, nullptr, 1, 4, 5, false, stream_), Error);
 }
 
-// The weighted sum and soft-gated fallback of src/model/moe_block.cpp for one token, slots in order.
-std::vector<float> reference_combine(const std::vector<float>& y, int64_t n_embd, const int32_t* row,
-                                     const float* weight, const uint8_t* missing, int64_t k, const float* shared,
-                                     const float* gate_logit) {
-  std::vector<float> out(size_t(n_embd), 0.0f);
-  float total = 0.0f, missing_mass = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    total += weight[j];
-    if (missing[j]) missing_mass += weight[j];
-    else ops::axpy(out.data(), weight[j], y.data() + row[j] * n_embd, n_embd);
-  }
-  if (shared != nullptr) {
-    const float gate = gate_logit != nullptr ? 1.0f / (1.0f + std::exp(-*gate_logit)) : 1.0f;
-    ops::axpy(out.data(), gate + missing_mass, shared, n_embd);
-  } else if (missing_mass != 0.0f) {
-    if (missing_mass >= total) return std::vector<float>(size_t(n_embd), 0.0f);
-    for (auto& v : out) v *= total / (total - missing_mass);
-  }
-  return out;
-}
-
 TEST_F(CudaKernels, MoeCombineMatchesCpuSoftGatedFallback) {
   ScalarIsa scalar;
   std::mt19937 rng(25);
@@ -596,7 +576,7 @@ TEST_F(CudaKernels, MoeCombineMatchesCpuSoftGatedFallback) {
       const auto got = out.download();
       for (int64_t t = 0; t < n_tokens; ++t) {
         const auto expected =
-            reference_combine(y, n_embd, row.data() + t * k, weight.data() + t * k, missing.data() + t * k, k,
+            test::reference_combine(y, n_embd, row.data() + t * k, weight.data() + t * k, missing.data() + t * k, k,
                               mode == 0 ? nullptr : shared.data() + t * n_embd,
                               mode == 2 ? gate_logits.data() + t : nullptr);
         // The factor the routed sum is scaled by without a shared expert (total / available mass).

@@ -15,6 +15,7 @@
 #include "chronos/dtype.h"
 #include "chronos/ops.h"
 #include "kernels/cuda/device_math.h"
+#include "kernels/reference_combine.h"
 #include "test_util.h"
 
 namespace chronos {
@@ -251,29 +252,6 @@ TEST(CudaDeviceMath, TopKOfNanProbabilitiesMatchesCpuAndFillsEverySlot) {
 
 // ---- MoE combine -------------------------------------------------------------------------------------
 
-// src/model/moe_block.cpp's weighted sum and soft-gated fallback for one token (slots in order j),
-// restated with the same ops.
-std::vector<float> reference_combine(const std::vector<float>& y, int64_t n_embd, const std::vector<int32_t>& row,
-                                     const std::vector<float>& weight, const std::vector<uint8_t>& missing,
-                                     const float* shared, const float* gate_logit) {
-  std::vector<float> out(size_t(n_embd), 0.0f);
-  float total = 0.0f, missing_mass = 0.0f;
-  for (size_t j = 0; j < row.size(); ++j) {
-    total += weight[j];
-    if (missing[j]) missing_mass += weight[j];
-    else ops::axpy(out.data(), weight[j], y.data() + row[j] * n_embd, n_embd);
-  }
-  if (shared != nullptr) {
-    const float gate = gate_logit != nullptr ? 1.0f / (1.0f + std::exp(-*gate_logit)) : 1.0f;
-    ops::axpy(out.data(), gate + missing_mass, shared, n_embd);
-  } else if (missing_mass != 0.0f) {
-    if (missing_mass >= total) return std::vector<float>(size_t(n_embd), 0.0f);
-    const float scale = total / (total - missing_mass);
-    for (auto& v : out) v *= scale;
-  }
-  return out;
-}
-
 TEST(CudaDeviceMath, CombineMatchesCpuSoftGatedFallback) {
   ScalarIsa scalar;
   constexpr int64_t kEmbd = 19, kRows = 12;
@@ -291,7 +269,8 @@ TEST(CudaDeviceMath, CombineMatchesCpuSoftGatedFallback) {
     for (int mode = 0; mode < 3; ++mode) {  // no shared expert, ungated shared, gated shared
       const float* shared_row = mode == 0 ? nullptr : shared.data();
       const float* logit = mode == 2 ? &gate_logit : nullptr;
-      const auto expected = reference_combine(y, kEmbd, row, weight, missing, shared_row, logit);
+      const auto expected = test::reference_combine(y, kEmbd, row.data(), weight.data(), missing.data(),
+                                                    std::ssize(row), shared_row, logit);
       const dm::CombinePlan plan =
           dm::combine_plan(weight.data(), missing.data(), int64_t(row.size()), shared_row != nullptr, logit);
       for (int64_t i = 0; i < kEmbd; ++i) {
