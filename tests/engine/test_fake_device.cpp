@@ -11,7 +11,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <random>
@@ -75,24 +74,14 @@ class FakeEvent final : public Event {
   uint64_t recorded_ = 0, completed_ = 0;
 };
 
+// The CPU backend's in-order worker stream, with CUDA's event rules on top: a record completes the
+// event's newest record number, and a wait covers only the records made before it.
 class FakeStream final : public Stream {
  public:
-  FakeStream() : worker_([this] { loop(); }) {}
-  ~FakeStream() override {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    worker_.join();
+  FakeStream() : inner_(cpu_backend().create_stream()) {
+    inner_->enqueue([] { t_stream_worker = true; });
   }
-  void enqueue(std::function<void()> task) override {
-    {
-      std::lock_guard lock(mutex_);
-      queue_.push_back(std::move(task));
-    }
-    cv_.notify_all();
-  }
+  void enqueue(std::function<void()> task) override { inner_->enqueue(std::move(task)); }
   void record(Event& event) override {
     auto& fake = dynamic_cast<FakeEvent&>(event);
     const uint64_t number = fake.arm();
@@ -103,33 +92,14 @@ class FakeStream final : public Stream {
     const uint64_t number = fake.last_recorded();  // later records do not extend this wait
     enqueue([&fake, number] { fake.wait_for(number); });
   }
-  void synchronize() override {
-    std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
-  }
+  void synchronize() override { inner_->synchronize(); }
 
  private:
-  void loop() {
-    t_stream_worker = true;
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      auto task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      task();
-      lock.lock();
-      busy_ = false;
-      if (queue_.empty()) idle_.notify_all();
-    }
+  static Backend& cpu_backend() {
+    static const std::unique_ptr<Backend> backend = make_cpu_backend();
+    return *backend;
   }
-  std::mutex mutex_;
-  std::condition_variable cv_, idle_;
-  std::deque<std::function<void()>> queue_;
-  bool busy_ = false, stopping_ = false;
-  std::thread worker_;
+  std::unique_ptr<Stream> inner_;
 };
 
 class FakeDevice final : public Backend {
