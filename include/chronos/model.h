@@ -71,6 +71,10 @@ class KvCache {
   std::vector<float> k_, v_;  // [n_layer, n_ctx, kv_dim]
 };
 
+// RoPE cos/sin tables [n_ctx, n_rot / 2] for positions 0 .. n_ctx - 1, as transformers computes
+// them (shared by the CPU forward and the CUDA runner).
+void rope_tables(const ModelConfig& c, int64_t n_ctx, std::vector<float>& cos, std::vector<float>& sin);
+
 // Observes named intermediates ("attn_out", "ffn_out", "router_probs", ...): off unless set.
 using TraceFn = std::function<void(const char* name, int64_t layer, std::span<const float> values)>;
 

@@ -9,6 +9,24 @@
 
 namespace chronos {
 
+void rope_tables(const ModelConfig& c, int64_t n_ctx, std::vector<float>& cos, std::vector<float>& sin) {
+  // In f32 the way transformers does: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq (f32),
+  // then cos/sin of that f32 angle.
+  const int64_t half = c.n_rot / 2;
+  cos.resize(size_t(n_ctx * half));
+  sin.resize(size_t(n_ctx * half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float exponent = float(2 * i) / float(c.n_rot);
+    float inv_freq = 1.0f / std::pow(c.rope_theta, exponent);
+    if (c.rope_type == RopeType::kLinear) inv_freq /= c.rope_factor;
+    for (int64_t p = 0; p < n_ctx; ++p) {
+      const float angle = float(p) * inv_freq;
+      cos[size_t(p * half + i)] = float(std::cos(double(angle)));
+      sin[size_t(p * half + i)] = float(std::sin(double(angle)));
+    }
+  }
+}
+
 void Model::ScratchDeleter::operator()(Scratch* scratch) const { delete scratch; }
 
 Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
@@ -45,21 +63,7 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   s->total_mass.resize(size_t(max_batch));
   s->logits.resize(size_t(c.n_vocab));
 
-  // RoPE tables computed in f32 the way transformers does: inv_freq = 1 / theta^(2i/d),
-  // angle = pos * inv_freq (f32), then cos/sin of that f32 angle.
-  const int64_t half = c.n_rot / 2;
-  s->rope_cos.resize(size_t(n_ctx * half));
-  s->rope_sin.resize(size_t(n_ctx * half));
-  for (int64_t i = 0; i < half; ++i) {
-    const float exponent = float(2 * i) / float(c.n_rot);
-    float inv_freq = 1.0f / std::pow(c.rope_theta, exponent);
-    if (c.rope_type == RopeType::kLinear) inv_freq /= c.rope_factor;
-    for (int64_t p = 0; p < n_ctx; ++p) {
-      const float angle = float(p) * inv_freq;
-      s->rope_cos[size_t(p * half + i)] = float(std::cos(double(angle)));
-      s->rope_sin[size_t(p * half + i)] = float(std::sin(double(angle)));
-    }
-  }
+  rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
   return s;
 }
 

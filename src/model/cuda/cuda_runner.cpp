@@ -221,18 +221,8 @@ class CudaRunner final : public ModelRunner {
     // per element of the widest activation of any product.
     const int64_t widest = std::max({d, c.q_dim(), n_ff});
     converted_ = device_alloc(b * widest * 4, ws);
-    const int64_t half = c.n_rot / 2;
-    std::vector<float> cos(size_t(n_ctx_ * half)), sin(size_t(n_ctx_ * half));
-    for (int64_t i = 0; i < half; ++i) {  // as Model::make_scratch (transformers' f32 angles)
-      const float exponent = float(2 * i) / float(c.n_rot);
-      float inv_freq = 1.0f / std::pow(c.rope_theta, exponent);
-      if (c.rope_type == RopeType::kLinear) inv_freq /= c.rope_factor;
-      for (int64_t p = 0; p < n_ctx_; ++p) {
-        const float angle = float(p) * inv_freq;
-        cos[size_t(p * half + i)] = float(std::cos(double(angle)));
-        sin[size_t(p * half + i)] = float(std::sin(double(angle)));
-      }
-    }
+    std::vector<float> cos, sin;
+    rope_tables(c, n_ctx_, cos, sin);
     rope_cos_ = upload_floats(cos, ws);
     rope_sin_ = upload_floats(sin, ws);
     const int64_t layer_kv = n_ctx_ * c.kv_dim();
