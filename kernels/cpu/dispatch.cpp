@@ -1,4 +1,6 @@
 // Run-time kernel dispatch: detects the CPU's instruction set once and hands out the matching table.
+#include <cpuid.h>
+
 #include <atomic>
 
 #include "chronos/error.h"
@@ -23,12 +25,20 @@ constexpr kernels::CpuKernels kAvx512 = {
     kernels::axpy_avx512,
 };
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang before 16 rejects "f16c" in __builtin_cpu_supports,
+// and one code path for both compilers keeps the check the same everywhere. F16C uses the AVX
+// register state, whose OS support the "avx2" check below already requires.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 // Exactly the extensions the *_avx2.cpp / *_avx512.cpp files are compiled with
 // (kernels/CMakeLists.txt), so a table is never chosen on a CPU that lacks one of them.
 Isa probe_isa() {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+                    cpu_has_f16c();
   if (!avx2) return Isa::kScalar;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
