@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "chronos/error.h"
+#include "tokenizer/components.h"
 #include "tokenizer/utf8.h"
 
 namespace chronos::tokenizer_detail {
@@ -56,8 +57,7 @@ BpeModel::BpeModel(const nlohmann::json& node) {
   int32_t max_id = -1;
   vocab_.reserve(node.at("vocab").size());
   for (const auto& [token, id_json] : node.at("vocab").items()) {
-    const auto id = id_json.get<int32_t>();
-    if (id < 0) throw_error("BPE vocab id {} of '{}' is negative", id, token);
+    const int32_t id = parse_token_id(id_json, fmt::format("BPE vocab id of '{}'", token));
     vocab_.emplace(token, id);
     max_id = std::max(max_id, id);
   }

@@ -63,4 +63,20 @@ PostProcessor parse_post_processor(const nlohmann::json& node);
 // True for the "<0xXX>" tokens of byte fallback; stores the byte.
 bool parse_byte_token(std::string_view token, unsigned char& byte);
 
+// The largest token id a tokenizer.json may use. Ids index dense tables, which a single id of two
+// billion would size to tens of gigabytes; 2^22 is 16 times the largest vocabularies in use.
+inline constexpr int32_t kMaxTokenId = (1 << 22) - 1;
+
+// Numbers of tokenizer.json are checked before they are converted: the JSON library's get<int>()
+// of 4.3e84 is undefined behaviour and of 1.5 a silent truncation. `what` names the value.
+// A token id: an integer in [0, kMaxTokenId]; throws Error "<what> <value> is not a token id ...".
+int32_t parse_token_id(const nlohmann::json& value, std::string_view what);
+// A count (Strip's start and stop): a non-negative integer.
+size_t parse_count(const nlohmann::json& value, std::string_view what);
+
+// Metaspace's replacement ("replacement", or "str_rep" in older files, default U+2581), for the
+// pre-tokenizer and the decoder alike. HF holds it in a char: anything but one character throws
+// Error (an empty one never advanced the decoder).
+std::string parse_metaspace_replacement(const nlohmann::json& node);
+
 }  // namespace chronos::tokenizer_detail

@@ -120,7 +120,8 @@ class FuseDecoder final : public Decoder {
 class StripDecoder final : public Decoder {
  public:
   explicit StripDecoder(const json& node)
-      : start_(node.value("start", size_t{0})), stop_(node.value("stop", size_t{0})) {
+      : start_(node.contains("start") ? parse_count(node.at("start"), "Strip decoder \"start\"") : 0),
+        stop_(node.contains("stop") ? parse_count(node.at("stop"), "Strip decoder \"stop\"") : 0) {
     const auto content = node.at("content").get<std::string>();
     size_t pos = 0;
     if (content.empty() || (content_ = next_codepoint(content, pos), pos != content.size())) {
@@ -162,11 +163,7 @@ class StripDecoder final : public Decoder {
 
 class MetaspaceDecoder final : public Decoder {
  public:
-  explicit MetaspaceDecoder(const json& node) {
-    const auto replacement = node.contains("replacement") ? node.at("replacement").get<std::string>()
-                             : node.contains("str_rep")   ? node.at("str_rep").get<std::string>()
-                                                          : std::string("\xE2\x96\x81");
-    replacement_ = replacement;
+  explicit MetaspaceDecoder(const json& node) : replacement_(parse_metaspace_replacement(node)) {
     if (node.contains("prepend_scheme")) {
       drop_first_ = node.at("prepend_scheme").get<std::string>() != "never";
     } else {
@@ -219,7 +216,9 @@ void append_template(const json& node, PostProcessor& out) {
       const auto name = item.at("SpecialToken").at("id").get<std::string>();
       if (!specials.contains(name)) throw_error("TemplateProcessing: special token '{}' has no ids", name);
       auto& target = seen_sequence ? out.suffix_ids : out.prefix_ids;
-      for (const auto& id : specials.at(name).at("ids")) target.push_back(id.get<int32_t>());
+      for (const auto& id : specials.at(name).at("ids")) {
+        target.push_back(parse_token_id(id, fmt::format("TemplateProcessing '{}' id", name)));
+      }
     } else {
       throw_error("TemplateProcessing: unknown template piece {}", item.dump());
     }

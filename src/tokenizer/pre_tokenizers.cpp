@@ -243,16 +243,10 @@ PrependScheme parse_prepend_scheme(const json& node) {
   return node.value("add_prefix_space", true) ? PrependScheme::kAlways : PrependScheme::kNever;
 }
 
-std::string metaspace_replacement(const json& node) {
-  if (node.contains("replacement")) return node.at("replacement").get<std::string>();
-  if (node.contains("str_rep")) return node.at("str_rep").get<std::string>();
-  return "\xE2\x96\x81";  // U+2581
-}
-
 class MetaspacePreTokenizer final : public PreTokenizer {
  public:
   explicit MetaspacePreTokenizer(const json& node)
-      : replacement_(metaspace_replacement(node)),
+      : replacement_(parse_metaspace_replacement(node)),
         scheme_(parse_prepend_scheme(node)),
         split_(node.value("split", true)) {}
   void pre_tokenize(std::vector<Piece>& pieces) const override {
@@ -293,6 +287,17 @@ std::string type_of(const json& node, const char* kind) {
 }
 
 }  // namespace
+
+std::string parse_metaspace_replacement(const json& node) {
+  const char* key = node.contains("replacement") ? "replacement" : node.contains("str_rep") ? "str_rep" : nullptr;
+  if (key == nullptr) return "\xE2\x96\x81";  // U+2581
+  const auto replacement = node.at(key).get<std::string>();
+  size_t end = 0;
+  if (replacement.empty() || (next_codepoint(replacement, end), end != replacement.size())) {
+    throw_error("Metaspace replacement '{}' is not one character", replacement);
+  }
+  return replacement;
+}
 
 std::unique_ptr<Normalizer> parse_normalizer(const json& node) {
   if (node.is_null()) return nullptr;

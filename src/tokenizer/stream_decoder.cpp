@@ -30,6 +30,10 @@ bool is_decoded(const tokenizer_detail::TokenizerImpl& impl, int32_t id, bool sk
 
 std::string TokenStreamDecoder::push(int32_t id) {
   const auto& impl = *impl_;
+  // An id the decode drops (outside the vocabulary, a skipped special token) changes no text. It
+  // stays out of the window, so it can neither end a byte-fallback run it sits inside (the full
+  // decode never sees it there) nor release text that is still pending.
+  if (!is_decoded(impl, id, skip_special_tokens_)) return {};
   window_.push_back(id);
   const DecodeContext context{at_start_, /*at_end=*/false};
   const std::string text = impl.decode(window_, skip_special_tokens_, context);
@@ -40,23 +44,14 @@ std::string TokenStreamDecoder::push(int32_t id) {
   // of it is final until a non-byte token ends the run.
   if (impl.decoder_has_byte_fallback) {
     size_t run_start = window_.size();
-    while (run_start > 0) {
-      const int32_t prev = window_[run_start - 1];
-      if (!is_decoded(impl, prev, skip_special_tokens_)) {
-        --run_start;  // skipped ids are invisible to the decoder
-        continue;
-      }
-      unsigned char byte = 0;
-      if (!tokenizer_detail::parse_byte_token(*impl.token_text(prev), byte)) break;
+    unsigned char byte = 0;
+    while (run_start > 0 && tokenizer_detail::parse_byte_token(*impl.token_text(window_[run_start - 1]), byte)) {
       --run_start;
     }
-    if (run_start < window_.size() && is_decoded(impl, window_.back(), skip_special_tokens_)) {
-      unsigned char byte = 0;
-      if (tokenizer_detail::parse_byte_token(*impl.token_text(window_.back()), byte)) {
-        const auto before = std::span<const int32_t>(window_).first(run_start);
-        safe = impl.decode(before, skip_special_tokens_, context).size();
-        pending = true;
-      }
+    if (run_start < window_.size()) {
+      const auto before = std::span<const int32_t>(window_).first(run_start);
+      safe = impl.decode(before, skip_special_tokens_, context).size();
+      pending = true;
     }
   }
   // A trailing U+FFFD may be an incomplete UTF-8 sequence that the next token completes.
@@ -71,9 +66,7 @@ std::string TokenStreamDecoder::push(int32_t id) {
     emitted_ = safe;
   }
   if (!pending) {
-    for (const int32_t held : window_) {
-      if (is_decoded(impl, held, skip_special_tokens_)) at_start_ = false;
-    }
+    at_start_ = false;  // the window held at least the id just pushed
     window_.clear();
     emitted_ = 0;
   }
@@ -84,9 +77,7 @@ std::string TokenStreamDecoder::finish() {
   const DecodeContext context{at_start_, /*at_end=*/true};
   const std::string text = impl_->decode(window_, skip_special_tokens_, context);
   std::string out = text.size() > emitted_ ? text.substr(emitted_) : std::string();
-  for (const int32_t held : window_) {
-    if (is_decoded(*impl_, held, skip_special_tokens_)) at_start_ = false;
-  }
+  if (!window_.empty()) at_start_ = false;
   window_.clear();
   emitted_ = 0;
   return out;

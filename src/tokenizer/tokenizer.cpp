@@ -50,9 +50,8 @@ void load_added_tokens(const json& root, TokenizerImpl& impl) {
   if (!root.contains("added_tokens")) return;
   for (const auto& node : root.at("added_tokens")) {
     AddedToken token;
-    token.id = node.at("id").get<int32_t>();
-    if (token.id < 0) throw_error("added token id {} is negative", token.id);
     token.content = node.at("content").get<std::string>();
+    token.id = parse_token_id(node.at("id"), fmt::format("added token '{}' id", token.content));
     token.single_word = node.value("single_word", false);
     token.lstrip = node.value("lstrip", false);
     token.rstrip = node.value("rstrip", false);
@@ -136,6 +135,22 @@ json parse_json(std::string_view text, std::string_view source) {
 }
 
 }  // namespace
+
+int32_t parse_token_id(const json& value, std::string_view what) {
+  // Non-negative integers parse as unsigned; negative ones and floats never are.
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > uint64_t{kMaxTokenId}) {
+    throw_error("{} {} is not a token id (an integer in [0, {}])", what, value.dump(), kMaxTokenId);
+  }
+  return static_cast<int32_t>(value.get<uint64_t>());
+}
+
+size_t parse_count(const json& value, std::string_view what) {
+  static_assert(sizeof(size_t) == sizeof(uint64_t), "every unsigned JSON number fits a size_t");
+  if (!value.is_number_unsigned()) {
+    throw_error("{} {} is not a non-negative integer", what, value.dump());
+  }
+  return static_cast<size_t>(value.get<uint64_t>());
+}
 
 const std::string* TokenizerImpl::token_text(int32_t id) const {
   if (const auto* token = added(id)) return &token->content;
