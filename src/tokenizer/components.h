@@ -40,12 +40,21 @@ struct DecodeContext {
   bool at_end = true;
 };
 
+// Up to `count` characters `content` that a decoder removes from the end of the whole text once
+// the sequence ends (a Strip after a Fuse): until then, a streaming decoder must hold them back.
+struct EndStrip {
+  char32_t content = 0;
+  size_t count = 0;
+};
+
 class Decoder {
  public:
   virtual ~Decoder() = default;
   // `fused` is true once an earlier decoder has joined all tokens into one string.
   virtual void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context,
                             bool& fused) const = 0;
+  // Appends this decoder's EndStrip, if any; `fused` is tracked as in decode_chain.
+  virtual void end_strips(bool& /*fused*/, std::vector<EndStrip>& /*out*/) const {}
 };
 
 // Tokens added around the model's ids when add_special_tokens is true.

@@ -39,6 +39,7 @@ class ByteLevelDecoder final : public Decoder {
     tokens.assign(1, utf8_lossy(bytes));
     fused = true;
   }
+  void end_strips(bool& fused, std::vector<EndStrip>&) const override { fused = true; }
 };
 
 class ReplaceDecoder final : public Decoder {
@@ -115,6 +116,7 @@ class FuseDecoder final : public Decoder {
     tokens.assign(1, join(tokens));
     fused = true;
   }
+  void end_strips(bool& fused, std::vector<EndStrip>&) const override { fused = true; }
 };
 
 class StripDecoder final : public Decoder {
@@ -154,6 +156,9 @@ class StripDecoder final : public Decoder {
       const size_t end = stop_cut < chars.size() ? chars[stop_cut].first : token.size();
       token = token.substr(begin, end - begin);
     }
+  }
+  void end_strips(bool& fused, std::vector<EndStrip>& out) const override {
+    if (fused && stop_ > 0) out.push_back({content_, stop_});
   }
 
  private:
@@ -200,6 +205,9 @@ class SequenceDecoder final : public Decoder {
   void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context,
                     bool& fused) const override {
     for (const auto& item : items_) item->decode_chain(tokens, context, fused);
+  }
+  void end_strips(bool& fused, std::vector<EndStrip>& out) const override {
+    for (const auto& item : items_) item->end_strips(fused, out);
   }
 
  private:

@@ -4,8 +4,9 @@
 // final. Each push re-decodes only that window (with a context telling the decoders whether the
 // window is the start of the sequence), returns the new text up to the part that could still
 // change, and drops the window once nothing is pending. Because every decoder here is a per-token
-// map plus concatenation, with first-token rules and byte merging as the only couplings, decoding
-// window by window reproduces the full decode exactly.
+// map plus concatenation, with first-token rules, byte merging and the ends of a Strip after a
+// Fuse as the only couplings, decoding window by window reproduces the full decode exactly. Ids
+// that decode to nothing never enter the window.
 #include "chronos/error.h"
 #include "chronos/tokenizer.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -24,6 +25,25 @@ bool is_decoded(const tokenizer_detail::TokenizerImpl& impl, int32_t id, bool sk
   const auto* added = impl.added(id);
   if (skip_special_tokens && added != nullptr && added->special) return false;
   return impl.token_text(id) != nullptr;
+}
+
+// `text` without the trailing characters that the strips could remove at the end of the sequence
+// (at most the sum of their counts, each one of their contents).
+std::string_view without_end_strips(const std::vector<tokenizer_detail::EndStrip>& strips, std::string_view text) {
+  size_t budget = 0;
+  for (const auto& strip : strips) budget += strip.count;
+  while (budget > 0 && !text.empty()) {
+    size_t begin = text.size() - 1;
+    while (begin > 0 && (static_cast<unsigned char>(text[begin]) & 0xC0) == 0x80) --begin;
+    size_t pos = begin;
+    const char32_t last = tokenizer_detail::next_codepoint(text, pos);
+    bool strippable = false;
+    for (const auto& strip : strips) strippable = strippable || strip.content == last;
+    if (!strippable) break;
+    text = text.substr(0, begin);
+    --budget;
+  }
+  return text;
 }
 
 }  // namespace
@@ -59,6 +79,13 @@ std::string TokenStreamDecoder::push(int32_t id) {
     safe -= 3;
     pending = true;
   }
+  // Characters a Strip after a Fuse removes if the sequence ends here.
+  const size_t before_end_strip = safe;
+  safe = without_end_strips(impl.end_strips, std::string_view(text).substr(0, safe)).size();
+  pending = pending || safe < before_end_strip;
+  // Nothing is final while the text is empty: a Strip after a Fuse has not finished with the
+  // start of the sequence (it strips the start of the whole text, past this window).
+  pending = pending || text.empty();
 
   std::string out;
   if (safe > emitted_) {

@@ -101,6 +101,10 @@ void load_pipeline(const json& root, TokenizerImpl& impl) {
   impl.post_processor = parse_post_processor(root.value("post_processor", json()));
   impl.decoder = parse_decoder(root.value("decoder", json()));
   impl.decoder_has_byte_fallback = contains_decoder_type(root.value("decoder", json()), "ByteFallback");
+  if (impl.decoder) {
+    bool fused = false;
+    impl.decoder->end_strips(fused, impl.end_strips);
+  }
   impl.vocab_size = std::max(static_cast<int32_t>(impl.model->id_to_token().size()),
                              static_cast<int32_t>(impl.added_index_by_id.size()));
 }

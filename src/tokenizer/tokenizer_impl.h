@@ -52,6 +52,7 @@ struct TokenizerImpl {
   PostProcessor post_processor;
   std::unique_ptr<Decoder> decoder;
   bool decoder_has_byte_fallback = false;  // the stream decoder must hold <0xXX> runs
+  std::vector<EndStrip> end_strips;        // ... and the characters the end may strip
 
   std::vector<AddedToken> added_tokens;
   AddedTokenMatcher raw_matcher;         // normalized: false, matched on the raw input

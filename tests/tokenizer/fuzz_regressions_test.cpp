@@ -160,5 +160,35 @@ TEST(TokenizerFuzzRegressions, InvisibleIdInsideAByteRunOnMistral) {
   EXPECT_EQ(streamed(mistral, with_bos, true), mistral.decode(with_bos, true));
 }
 
+// Strip after Fuse strips the ends of the whole text: the stream decoder emitted a first window
+// whose text the strip had emptied (so the rest of the strip count was never applied), and
+// trailing characters that the end of the sequence strips.
+TEST(TokenizerFuzzRegressions, StripAfterFuseStreamsLikeTheFullDecode) {
+  const auto tokenizer = Tokenizer::from_json(R"({
+    "model": {"type": "BPE", "byte_fallback": true, "merges": [],
+              "vocab": {"_": 0, "x": 1, "<0xE2>": 2, "<0x82>": 3, "<0xAC>": 4}},
+    "decoder": {"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"Regex": "_+"}, "content": " "}, {"type": "ByteFallback"},
+      {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 2, "stop": 1}]}})");
+  const int32_t space = 0, x = 1, e2 = 2, x82 = 3, xac = 4;
+  const std::vector<std::vector<int32_t>> sequences = {
+      {space, space, x},      // "  x": both leading spaces go
+      {space, space, space, x, space},
+      {x, space},             // "x ": the trailing space goes
+      {x, space, space},      // "x  ": one of them
+      {x, space, x},          // a space in the middle stays
+      {space, e2, x82, xac, space},
+      {space},
+      {x, space, space, e2},  // the end is U+FFFD, the spaces before it stay
+  };
+  for (const auto& ids : sequences) {
+    for (const bool skip : {false, true}) {
+      SCOPED_TRACE(::testing::PrintToString(ids));
+      EXPECT_EQ(streamed(tokenizer, ids, skip), tokenizer.decode(ids, skip));
+    }
+  }
+  EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{space, space, space, x, space, space}), " x ");
+}
+
 }  // namespace
 }  // namespace chronos
