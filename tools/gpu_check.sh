@@ -34,7 +34,7 @@ log "build (Release, CUDA for the local GPU)"
 cmake -S "$REPO" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHRONOS_CUDA=ON $ARCH \
   -DCHRONOS_BUILD_BENCH=OFF >"$WORK/configure.log"
 cmake --build "$WORK/build" -j "$JOBS" --target chronos chronos_test_cuda
-CHRONOS="$WORK/build/src/chronos"
+CHRONOS="$WORK/build/chronos"
 
 log "CUDA tests"
 set +e

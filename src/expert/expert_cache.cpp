@@ -133,10 +133,12 @@ ExpertCache::Lookup ExpertCache::acquire(ExpertKey key) {
   }
   const int32_t slot = it->second;
   Slot& s = slots_[size_t(slot)];
-  unrank(slot);  // pinned from here on
-  add_request(key);
+  // Pin before anything else: add_request may rescale and re-rank every evictable slot, and a
+  // slot still unpinned at that moment would go back into the eviction order while in use.
   ++s.pins;
   s.last_use = tick_;
+  unrank(slot);
+  add_request(key);
   if (s.state == SlotState::kReady) {
     ++stats_.hits;
   } else {
@@ -185,6 +187,8 @@ std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key, bool e
     if (slot < 0 && evict_protected) slot = first_protected;  // a demand load beats a prediction
     if (slot < 0) return std::nullopt;
     Slot& victim = slots_[size_t(slot)];
+    CHRONOS_CHECK_MSG(evictable(victim), "eviction of expert ({}, {}) that is pinned or loading", victim.key.layer,
+                      victim.key.expert);
     unrank(slot);
     index_.erase(victim.key);
     ++stats_.evictions;

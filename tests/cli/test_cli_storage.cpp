@@ -79,6 +79,31 @@ TEST_F(CliStorage, TracePackGenerateBench) {
   EXPECT_NE(r.out.find("clusters"), std::string::npos) << r.out;
 }
 
+// The reliability report's reproduction: the bundled model packed, a prefetch policy and a budget of
+// one or a few slots aborted with "release of expert (l, e) that is not in the cache" in most runs
+// (a slot evicted while being acquired). Every wait-mode row must now match the resident run.
+TEST_F(CliStorage, TinyBudgetsWithPrefetchMatchTheResidentRun) {
+  const fs::path demo = fs::path(CHRONOS_SOURCE_DIR) / "models" / "chronos-demo";
+  const auto pack = work_ / "pack";
+  RunResult r = run_chronos({"pack", "-m", demo.string(), "--cluster", "none", "-o", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ofstream(prompts_) << R"({"id": "debian", "prompt": "The history of the Debian project began when"})" "\n"
+                          << R"j({"id": "code", "prompt": "static int parse_args(int argc, char **argv)"})j" "\n";
+  const auto json = work_ / "tiny.json";
+  // 1% of the expert bytes is one slot (192 experts of ~190 KiB); 5% is nine.
+  r = run_chronos({"bench", "-m", pack.string(), "--prompts", prompts_.string(), "-n", "64", "--expert-cache",
+                   "1%,5%", "--prefetch", "lru", "--eviction", "lru,lru-freq", "--json", json.string()},
+                  work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(testing::slurp(json));
+  ASSERT_EQ(rows.size(), 5u);  // all-resident + 2 budgets x 2 eviction policies
+  for (const auto& row : rows) {
+    if (row["all_resident"]) continue;
+    EXPECT_EQ(row["tokens_identical_to_exact"], true) << row.dump();
+    EXPECT_LE(row["peak_cache_bytes"].get<int64_t>(), row["budget_bytes"].get<int64_t>());
+  }
+}
+
 TEST_F(CliStorage, BadInputIsOneLine) {
   const auto pack = work_ / "pack";
   RunResult r = run_chronos({"pack", "-m", kModel.string(), "-o", pack.string()}, work_);  // leiden without traces

@@ -240,10 +240,15 @@ TEST(ExpertCacheDeathTest, ReleaseWithoutPinIsAnInvariantFailure) {
 }
 
 // Thousands of random calls against a shadow model; every invariant checked after every call.
-void run_random_operations(EvictionPolicy policy, uint64_t seed) {
+// A short half-life makes the frequency scores rescale (and every slot re-rank) every few
+// hundred acquires instead of every few thousand.
+void run_random_operations(EvictionPolicy policy, uint64_t seed, double half_life = 0) {
   auto backend = make_cpu_backend();
   constexpr int64_t kSlots = 12;
-  ExpertCache cache(*backend, {.budget_bytes = kSlots * kSlot + 7, .slot_bytes = kSlot, .policy = policy});
+  ExpertCache cache(*backend, {.budget_bytes = kSlots * kSlot + 7,
+                               .slot_bytes = kSlot,
+                               .policy = policy,
+                               .frequency_half_life = half_life});
   std::mt19937_64 rng(seed);
   std::map<ExpertKey, int> pins;  // the compute side's pins
   std::set<ExpertKey> loading;
@@ -339,6 +344,30 @@ void run_random_operations(EvictionPolicy policy, uint64_t seed) {
 TEST(ExpertCache, RandomOperationsKeepEveryInvariantLru) { run_random_operations(EvictionPolicy::kLru, 1); }
 TEST(ExpertCache, RandomOperationsKeepEveryInvariantLruFrequency) {
   run_random_operations(EvictionPolicy::kLruFrequency, 2);
+}
+TEST(ExpertCache, RandomOperationsKeepEveryInvariantLruFrequencyWithFrequentRescales) {
+  for (uint64_t seed = 3; seed < 8; ++seed) run_random_operations(EvictionPolicy::kLruFrequency, seed, 0.25);
+}
+
+// The exact interleaving behind "release of expert that is not in the cache": the acquire that
+// makes the frequency scores rescale re-ranked every unpinned ready slot, the slot being acquired
+// included, before pinning it; the next load then chose that pinned slot as its victim.
+TEST(ExpertCache, AcquireThatRescalesTheScoresKeepsItsSlotPinned) {
+  auto backend = make_cpu_backend();
+  // One slot, half-life of one acquire: the 256th acquire rescales (kRescaleExponent).
+  ExpertCache cache(*backend, {.budget_bytes = kSlot, .slot_bytes = kSlot, .frequency_half_life = 1});
+  const ExpertKey hot{0, 1};
+  const ExpertKey other{0, 2};
+  load(cache, hot);
+  for (int i = 0; i < 255; ++i) touch(cache, hot);
+  const auto lookup = cache.acquire(hot);  // request 256: the rescale happens inside this call
+  ASSERT_EQ(lookup.state, SlotState::kReady);
+  EXPECT_FALSE(cache.begin_load(other).has_value()) << "a pinned slot was handed to another expert";
+  EXPECT_FALSE(cache.begin_load(other, /*evict_protected=*/true).has_value());
+  EXPECT_EQ(cache.find(hot).slot, lookup.slot);
+  cache.release(hot);
+  EXPECT_TRUE(cache.begin_load(other).has_value());  // unpinned now: evictable again
+  EXPECT_FALSE(present(cache, hot));
 }
 
 // Per-token sets shaped like MoE routing: for each of n_layers, k distinct experts. Each of the
