@@ -283,43 +283,21 @@ namespace io_detail {
 
 void write_safetensors_file(const std::filesystem::path& path, std::string_view header,
                             std::span<const DataPiece> pieces) {
-  std::filesystem::path temp_path = path;
-  temp_path += ".tmp";
-  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(temp_path, fmt::format("cannot create: {}", std::strerror(errno)));
-  const auto abandon = [&](const std::string& what) {
-    const int saved = errno;
-    ::close(fd);
-    ::unlink(temp_path.c_str());
-    fail(temp_path, fmt::format("{}: {}", what, std::strerror(saved)));
-  };
-
+  AtomicFile file(path);
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  if (!write_all(fd, length, sizeof(length)) || !write_all(fd, header.data(), header.size()))
-    abandon("cannot write header");
+  file.write(length, sizeof(length));
+  file.write(header);
   static constexpr std::array<std::byte, 4096> kZeros{};
   for (const DataPiece& piece : pieces) {
-    bool ok = true;
     if (piece.data != nullptr) {
-      ok = write_all(fd, piece.data, size_t(piece.bytes));
+      file.write(piece.data, size_t(piece.bytes));
     } else {
-      for (int64_t left = piece.bytes; ok && left > 0; left -= int64_t(kZeros.size()))
-        ok = write_all(fd, kZeros.data(), size_t(std::min<int64_t>(left, int64_t(kZeros.size()))));
+      for (int64_t left = piece.bytes; left > 0; left -= int64_t(kZeros.size()))
+        file.write(kZeros.data(), size_t(std::min<int64_t>(left, int64_t(kZeros.size()))));
     }
-    if (!ok) abandon(fmt::format("cannot write tensor {}", piece.name));
   }
-  if (::fsync(fd) != 0) abandon("cannot sync");
-  if (::close(fd) != 0) {
-    const int saved = errno;
-    ::unlink(temp_path.c_str());
-    fail(temp_path, fmt::format("cannot close: {}", std::strerror(saved)));
-  }
-  if (::rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(temp_path.c_str());
-    fail(path, fmt::format("cannot rename {} into place: {}", temp_path.string(), std::strerror(saved)));
-  }
+  file.commit();
 }
 
 }  // namespace io_detail

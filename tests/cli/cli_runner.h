@@ -41,9 +41,10 @@ inline std::string shell_quote(const std::string& s) {
   return out;
 }
 
-// args are quoted; stdin_file, when given, is redirected to standard input.
+// args are quoted; stdin_file, when given, is redirected to standard input; stdout_file, when
+// given, receives standard output instead of `out`.
 inline RunResult run_chronos(const std::vector<std::string>& args, const std::filesystem::path& work,
-                             const std::string& stdin_file = "") {
+                             const std::string& stdin_file = "", const std::string& stdout_file = "") {
   std::string cmd = shell_quote(CHRONOS_BINARY);
   auto append_arg = [&cmd](const char* prefix, const std::string& arg) {
     cmd.append(prefix);
@@ -51,7 +52,7 @@ inline RunResult run_chronos(const std::vector<std::string>& args, const std::fi
   };
   for (const auto& a : args) append_arg(" ", a);
   const auto out_path = work / "stdout.txt", err_path = work / "stderr.txt";
-  append_arg(" >", out_path.string());
+  append_arg(" >", stdout_file.empty() ? out_path.string() : stdout_file);
   append_arg(" 2>", err_path.string());
   append_arg(" <", stdin_file.empty() ? std::string("/dev/null") : stdin_file);
   const int status = std::system(cmd.c_str());
@@ -63,7 +64,7 @@ inline RunResult run_chronos(const std::vector<std::string>& args, const std::fi
   } else {
     r.signalled = true;
   }
-  r.out = slurp(out_path);
+  if (stdout_file.empty()) r.out = slurp(out_path);
   r.err = slurp(err_path);
   return r;
 }

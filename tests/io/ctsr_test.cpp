@@ -107,7 +107,7 @@ TEST_F(CtsrTest, WritesValidSafetensorsWithAlignedPaddedExtents) {
   const std::vector<ExpertSource> sources = {fixture_expert(0, 3), odd_expert(3, 1), fixture_expert(2, 0)};
   const auto packed = write_ctsr(dir_ / "cluster_007.ctsr", 7, "fp-abc", sources);
   ASSERT_EQ(packed.size(), 3u);
-  EXPECT_FALSE(fs::exists(dir_ / "cluster_007.ctsr.tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
 
   // The raw header: its length puts the data buffer on a 4096 boundary, padded with spaces.
   const std::string raw = test::read_bytes(dir_ / "cluster_007.ctsr");
@@ -179,7 +179,7 @@ TEST_F(CtsrTest, RefusesDuplicateExperts) {
   const std::vector<ExpertSource> sources = {fixture_expert(0, 3), fixture_expert(0, 3)};
   expect_error([&] { write_ctsr(dir_ / "c.ctsr", 0, "fp", sources); }, {"c.ctsr", "layer 0 expert 3", "twice"});
   EXPECT_FALSE(fs::exists(dir_ / "c.ctsr"));
-  EXPECT_FALSE(fs::exists(dir_ / "c.ctsr.tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
 }
 
 TEST_F(CtsrTest, ManifestRoundTrip) {

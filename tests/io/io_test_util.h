@@ -35,6 +35,14 @@ class ScratchDir : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+// Files in `dir` whose names say they are a writer's temporary (".tmp" anywhere in the name).
+inline int count_temporaries(const std::filesystem::path& dir) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().filename().string().find(".tmp") != std::string::npos) ++n;
+  return n;
+}
+
 inline void write_bytes(const std::filesystem::path& path, std::string_view bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), std::streamsize(bytes.size()));

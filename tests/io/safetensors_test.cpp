@@ -62,7 +62,7 @@ TEST_F(SafetensorsTest, RoundTripKeepsNamesDtypesShapesBytesAndMetadata) {
   };
   const auto path = dir_ / "round.safetensors";
   write_safetensors(path, tensors, {{"format", "pt"}, {"quote\"d", "line\nbreak"}});
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "round.safetensors.tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
 
   // The writer pads the header so the data buffer starts on an 8-byte boundary.
   const std::string raw = test::read_bytes(path);
@@ -293,7 +293,7 @@ TEST_F(SafetensorsTest, WriterRejectsBytesNotMatchingShape) {
         << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "out.safetensors.tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
 }
 
 TEST_F(SafetensorsTest, WriterRejectsDuplicateNames) {
@@ -316,7 +316,7 @@ TEST_F(SafetensorsTest, FailedRenameRemovesTemporaryFile) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path.string()), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(std::filesystem::exists(dir_ / "blocked.safetensors.tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
   EXPECT_TRUE(std::filesystem::is_directory(path));
 }
 
