@@ -28,6 +28,11 @@ enum class OnMiss { kWait, kFallback };
 enum class PrefetchMode { kNone, kLru, kPredict };
 PrefetchMode parse_prefetch_mode(const std::string& text);  // UsageError naming --prefetch
 
+// The pack in `dir` must have been made with the config.json beside it and hold exactly the routed
+// experts it describes (layers, count, shapes); Error naming the file otherwise.
+void check_pack_against_config(const PackManifest& manifest, const ModelConfig& config,
+                               const std::filesystem::path& dir);
+
 struct StreamerOptions {
   int64_t budget_bytes = 0;  // expert cache budget
   OnMiss on_miss = OnMiss::kWait;

@@ -64,6 +64,8 @@ class Generator {
   const ModelRunner& runner() const { return *runner_; }
 
  private:
+  // One forward step into logits_; non-finite logits are an Error.
+  void forward(std::span<const int32_t> tokens, int64_t pos);
   const Model& model_;
   const Tokenizer& tokenizer_;
   std::unique_ptr<ModelRunner> runner_;

@@ -57,6 +57,9 @@ float dot(const float* a, const float* b, int64_t n);
 // y[n] += alpha * x[n]
 void axpy(float* y, float alpha, const float* x, int64_t n);
 
+// True when none of the n values is NaN or Inf.
+bool all_finite(const float* x, int64_t n);
+
 // The router's choice: ids/weights = the k largest of probs[n] in descending order, ties (and
 // NaN) to the lower index; weights renormalized to sum 1 when `normalize` (norm_topk_prob).
 void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k, bool normalize);

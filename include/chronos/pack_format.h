@@ -52,6 +52,9 @@ struct PackManifest {
   int64_t num_experts = 0;
   std::string dtype;  // safetensors dtype name of the expert tensors ("BF16")
   std::string fingerprint;
+  // config_fingerprint() of the config.json the pack was made with; empty in packs written before
+  // it was recorded. A pack whose config.json no longer matches it is refused at load.
+  std::string config_fingerprint;
   std::string clustering_method;  // "leiden", "louvain" or "none"
   std::string clustering_trace;
   uint64_t clustering_seed = 0;
@@ -89,6 +92,8 @@ void verify_expert_bytes(const PackedExpert& expert, const std::string& cluster_
 // every tensor's name, dtype and shape. For a pack folder (it has cluster_manifest.json) it is the
 // fingerprint of the model it was packed from, as recorded in the manifest.
 std::string model_fingerprint(const std::filesystem::path& model_dir);
+// XXH3-64 (hex) of a config.json's canonical form (keys sorted, no whitespace).
+std::string config_fingerprint(const std::filesystem::path& config_path);
 
 // Canonical tensor name of one expert projection: "layers.5.experts.17.gate".
 std::string ctsr_tensor_name(const ExpertKey& key, const char* projection);

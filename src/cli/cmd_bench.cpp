@@ -20,6 +20,7 @@
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 
 namespace chronos::cli {
 namespace {
@@ -128,6 +129,13 @@ void preload_all(ExpertStreamer& streamer) {
 int run_bench(const BenchArgs& args) {
   if (args.n_predict < 1) throw UsageError("-n must be >= 1");
   if (args.limit < 1) throw UsageError("--limit must be >= 1");
+  for (const auto& [flag, list] : {std::pair<const char*, const std::string&>{"--expert-cache", args.caches},
+                                   {"--on-miss", args.on_miss}, {"--prefetch", args.prefetch},
+                                   {"--io-latency-ms", args.latencies}, {"--eviction", args.evictions}})
+    if (split(list).empty()) throw UsageError(fmt::format("{}: no value given ('{}')", flag, list));
+  for (std::string latency : split(args.latencies))
+    if (const std::string why = finite_in(0.0, kMaxIoLatencyMs)(latency); !why.empty())
+      throw UsageError(fmt::format("--io-latency-ms: {}", why));
   const auto dir = resolve_model_dir(args.model);
   const auto prompts_all = read_prompts_jsonl(args.prompts);
   auto model = Model::load(dir);
@@ -135,10 +143,17 @@ int run_bench(const BenchArgs& args) {
   const Tokenizer tokenizer = Tokenizer::load(dir);
   const ModelConfig& c = model->config();
   const int64_t n_ctx = std::min(args.ctx_size, c.n_ctx_train);
+  if (args.n_predict + 1 >= n_ctx)
+    throw UsageError(fmt::format("-n {} does not fit in a context of {} (--ctx-size)", args.n_predict, n_ctx));
   std::vector<std::vector<int32_t>> prompts;
   for (size_t i = 0; i < prompts_all.size() && std::ssize(prompts) < args.limit; ++i) {
     auto ids = tokenizer.encode(prompts_all[i].text, true);
-    if (std::ssize(ids) + args.n_predict >= n_ctx) ids.resize(size_t(std::max<int64_t>(1, n_ctx - args.n_predict - 1)));
+    if (ids.empty()) throw_error("{}: prompt '{}' has no tokens", args.prompts, prompts_all[i].id);
+    if (std::ssize(ids) + args.n_predict >= n_ctx) {
+      spdlog::warn("prompt '{}': {} tokens cut to its first {} to leave room for -n {} in a context of {}",
+                   prompts_all[i].id, ids.size(), n_ctx - args.n_predict - 1, args.n_predict, n_ctx);
+      ids.resize(size_t(n_ctx - args.n_predict - 1));
+    }
     prompts.push_back(std::move(ids));
   }
 
@@ -154,12 +169,7 @@ int run_bench(const BenchArgs& args) {
           for (const auto& eviction : split(args.evictions)) {
             Config cfg{"", cache, miss == "wait" ? OnMiss::kWait : OnMiss::kFallback, prefetch, 0.0, false,
                        parse_eviction(eviction)};
-            try {
-              cfg.latency_ms = std::stod(latency);
-            } catch (const std::exception&) {
-              throw UsageError(fmt::format("--io-latency-ms: '{}' is not a number", latency));
-            }
-            if (cfg.latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
+            cfg.latency_ms = std::stod(latency);  // checked above
             cfg.label = fmt::format("cache {} {} prefetch {}{}{}", cache, miss, prefetch,
                                     cfg.latency_ms > 0 ? fmt::format(" +{}ms", latency) : "",
                                     split(args.evictions).size() > 1 ? " " + eviction : "");
@@ -271,14 +281,19 @@ int run_bench(const BenchArgs& args) {
     const double lookups = double(std::max<int64_t>(1, r.stats.lookups));
     const double decode_tps = r.decode_seconds > 0 ? double(r.decode_steps) / r.decode_seconds : 0;
     const double read_gbps = r.stats.prefetch.busy_seconds > 0 ? double(r.stats.prefetch.bytes_read) / r.stats.prefetch.busy_seconds / 1e9 : 0;
-    const double agree = r.compared > 0 ? 100.0 * double(r.agree) / double(r.compared) : 100.0;
+    // Quality figures need the exact run to compare with: without it (--no-baseline) there are none.
+    // The all-resident row is the reference itself: it agrees with itself by definition.
+    const bool compared = r.compared > 0 || r.config.resident;
+    const double agree = r.compared > 0 ? 100.0 * double(r.agree) / double(r.compared) : compared ? 100.0 : 0.0;
     const bool fallback = r.config.on_miss == OnMiss::kFallback;
-    const double mean_kl = fallback && r.compared > 0 ? r.kl_sum / double(r.compared) : 0.0;
-    fmt::print(stderr, "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7.1f} {:>9.4f}\n",
+    const bool has_kl = fallback && r.compared > 0;
+    const double mean_kl = has_kl ? r.kl_sum / double(r.compared) : 0.0;
+    fmt::print(stderr, "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7} {:>9}\n",
                r.config.label, decode_tps, 1e3 * r.ttft_seconds / double(prompts.size()),
                1e3 * percentile(r.step_seconds, 0.5), 1e3 * percentile(r.step_seconds, 0.99), r.stats.stall_seconds,
                100.0 * double(r.stats.hits) / lookups, 100.0 * double(r.stats.fallbacks) / lookups,
-               double(r.stats.prefetch.bytes_read) / (1 << 20), read_gbps, agree, mean_kl);
+               double(r.stats.prefetch.bytes_read) / (1 << 20), read_gbps,
+               compared ? fmt::format("{:.1f}", agree) : "-", has_kl ? fmt::format("{:.4f}", mean_kl) : "-");
     labels.push_back(r.config.label);
     tps.values.push_back(decode_tps);
     stall.values.push_back(r.stats.stall_seconds);
@@ -297,11 +312,13 @@ int run_bench(const BenchArgs& args) {
                    {"prefetch_requests", r.stats.predicted}, {"predict_seconds", r.stats.predict_seconds},
                    {"cache_protected_skips", r.stats.cache.protected_skips},
                    {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
-                   {"greedy_agreement", agree / 100.0}, {"mean_kl", mean_kl}, {"device", args.device},
+                   {"greedy_agreement", compared ? nlohmann::json(agree / 100.0) : nlohmann::json(nullptr)},
+                   {"mean_kl", has_kl ? nlohmann::json(mean_kl) : nlohmann::json(nullptr)}, {"device", args.device},
                    {"device_waits", r.stats.device_waits}, {"copies", r.stats.prefetch.copies},
                    {"copy_seconds", r.copy_seconds},
-                   {"tokens_identical_to_exact", fallback ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
-    if (!fallback && !r.config.resident && !r.identical)
+                   {"tokens_identical_to_exact",
+                    fallback || !compared ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
+    if (!fallback && !r.config.resident && compared && !r.identical)
       spdlog::error("{}: wait mode produced other tokens than the exact run", r.config.label);
   }
   if (!args.json.empty()) write_file_atomically(args.json, out.dump(2) + "\n");
@@ -317,15 +334,19 @@ Command register_bench(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench", "Benchmark a pack over prompts and sweeps of cache budget, miss policy, prefetch");
   sub->add_option("-m,--model", args->model, "Pack folder");
   sub->add_option("--prompts", args->prompts, "Prompts (JSON lines with \"prompt\")")->required();
-  sub->add_option("-n,--n-predict", args->n_predict, "Tokens per prompt")->capture_default_str();
-  sub->add_option("--limit", args->limit, "Prompts to run")->capture_default_str();
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens per prompt")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(1, kMaxNewTokens));
+  sub->add_option("--limit", args->limit, "Prompts to run")->capture_default_str()->check(count_in<int64_t>(1, 1 << 20));
   sub->add_option("--expert-cache", args->caches, "Comma-separated budgets (25%,50%,2GiB)")->capture_default_str();
   sub->add_option("--on-miss", args->on_miss, "Comma-separated: wait, fallback")->capture_default_str();
   sub->add_option("--prefetch", args->prefetch, "Comma-separated: none, lru, predict")->capture_default_str();
   sub->add_option("--io-latency-ms", args->latencies, "Comma-separated added read latencies")->capture_default_str();
   sub->add_option("--eviction", args->evictions, "Comma-separated: lru, lru-freq")->capture_default_str();
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
-  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")->capture_default_str();
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(2, kMaxContext));
   sub->add_option("--json", args->json, "Write the results as JSON");
   sub->add_option("--svg", args->svg, "Write a comparison plot (SVG) of tokens/s and stall time");
   sub->add_flag("--no-baseline", args->no_baseline, "Skip the all-resident run (no quality columns then)");

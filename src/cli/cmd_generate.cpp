@@ -2,8 +2,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -21,6 +23,7 @@
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 
 namespace chronos::cli {
 namespace {
@@ -60,13 +63,37 @@ OnMiss parse_on_miss(const std::string& text) {
   throw UsageError(fmt::format("--on-miss must be wait or fallback (got '{}')", text));
 }
 
+// --stop "\n\n" as a shell passes it (backslash, n): the usual escapes \n, \t, \r and \\ become
+// the characters they name; any other backslash stays as it is.
+std::string unescape_stop(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    switch (text[i + 1]) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case '\\': out += '\\'; break;
+      default: out += text[i]; continue;
+    }
+    ++i;
+  }
+  return out;
+}
+
 std::string read_prompt(const GenerateArgs& args) {
   if (args.prompt) return *args.prompt;
   std::string text;
   if (args.prompt_file) {
+    if (std::error_code ec; std::filesystem::is_directory(*args.prompt_file, ec))
+      throw_error("{}: is a folder, not a prompt file", *args.prompt_file);
     std::ifstream in(*args.prompt_file, std::ios::binary);
     if (!in) throw_error("{}: cannot open prompt file", *args.prompt_file);
     text.assign(std::istreambuf_iterator<char>(in), {});
+    if (in.bad()) throw_error("{}: read error", *args.prompt_file);
     return text;
   }
   text.assign(std::istreambuf_iterator<char>(std::cin), {});
@@ -120,7 +147,10 @@ int run_generate(const GenerateArgs& args) {
   GenerateOptions options;
   options.max_new_tokens = args.n_predict;
   options.sampling = sampling;
-  options.stop_strings = args.stop;
+  for (const std::string& stop : args.stop) {
+    options.stop_strings.push_back(unescape_stop(stop));
+    if (options.stop_strings.back().empty()) throw UsageError("--stop: the stop string is empty");
+  }
   options.ignore_eos = args.ignore_eos;
   options.eos_ids = cfg.eos_token_ids;
   for (int32_t id : tokenizer.eos_ids())
@@ -171,15 +201,20 @@ int run_generate(const GenerateArgs& args) {
   spdlog::info("{}: {} layers, {} experts (top-{}), {} prompt tokens, {} threads", dir.string(), cfg.n_layer,
                cfg.n_expert, cfg.n_expert_used, prompt.size(), pool.size());
 
-  bool write_failed = false;
+  // A closed pipe (`| head`) ends generation quietly; any other write error (a full disk,
+  // /dev/full) is an error, or the output would be lost while the run reports success.
+  int write_error = 0;
   const GenerateStats stats = generator.generate(prompt, options, [&](std::string_view text) {
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
-      write_failed = true;
+      write_error = errno != 0 ? errno : EIO;
       return false;
     }
     return true;
   });
-  if (!write_failed && isatty(fileno(stdout))) std::fputc('\n', stdout);
+  if (write_error == 0 && isatty(fileno(stdout)) && (std::fputc('\n', stdout) == EOF || std::fflush(stdout) != 0))
+    write_error = errno != 0 ? errno : EIO;
+  if (write_error != 0 && write_error != EPIPE)
+    throw_error("standard output: cannot write the generated text: {}", std::strerror(write_error));
 
   if (streamer) {
     const StreamerStats ss = streamer->stats();
@@ -243,25 +278,33 @@ Command register_generate(CLI::App& app) {
   sub->add_option("-m,--model", args->model, "Model folder (Hugging Face checkpoint); default: $CHRONOS_MODEL or the bundled model");
   auto* p = sub->add_option("-p,--prompt", args->prompt, "Prompt text");
   sub->add_option("-f,--file", args->prompt_file, "Read the prompt from a file")->excludes(p);
-  sub->add_option("-n,--n-predict", args->n_predict, "Tokens to generate at most")->capture_default_str();
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens to generate at most")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(0, kMaxNewTokens));
   sub->add_option("--temp", args->temperature, "Temperature; 0 = greedy (default: generation_config.json, else greedy)");
   sub->add_option("--top-k", args->top_k, "Keep the k most likely tokens; 0 = off");
   sub->add_option("--top-p", args->top_p, "Nucleus sampling mass; 1 = off");
   sub->add_option("--min-p", args->min_p, "Drop tokens below min-p times the top probability; 0 = off");
   sub->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (transformers' rule); 1 = off");
-  sub->add_option("-s,--seed", args->seed, "Random seed (same seed, same output)")->capture_default_str();
-  sub->add_option("--stop", args->stop, "Stop before this string (repeatable)");
+  sub->add_option("-s,--seed", args->seed, "Random seed (same seed, same output)")
+      ->capture_default_str()
+      ->check(decimal_u64());
+  sub->add_option("--stop", args->stop, "Stop before this string (repeatable; \\n, \\t, \\r and \\\\ are escapes)");
   sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-sequence tokens");
   sub->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   sub->add_option("--system", args->system, "System message for --chat");
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
-  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length (default: min(max_position_embeddings, 4096))");
-  sub->add_option("-b,--batch-size", args->batch_size, "Prompt tokens per prefill step")->capture_default_str();
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length (default: min(max_position_embeddings, 4096))")
+      ->check(count_in<int64_t>(1, kMaxContext));
+  sub->add_option("-b,--batch-size", args->batch_size, "Prompt tokens per prefill step")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(1, kMaxBatch));
   sub->add_option("--stats-json", args->stats_json, "Write load/prefill/decode statistics as JSON to this file");
   sub->add_flag("-v,--verbose", args->verbose, "Debug logging on stderr");
   sub->add_option("--expert-cache", args->expert_cache, "Pack folders: expert cache budget (2GiB, 512MB, 25%)")->capture_default_str();
   sub->add_option("--on-miss", args->on_miss, "Pack folders: wait (exact) or fallback (never blocks)")->capture_default_str();
-  sub->add_option("--io-latency-ms", args->io_latency_ms, "Pack folders: add this latency to every expert read");
+  sub->add_option("--io-latency-ms", args->io_latency_ms, "Pack folders: add this latency to every expert read")
+      ->check(finite_in(0.0, kMaxIoLatencyMs));
   sub->add_option("--prefetch", args->prefetch, "Pack folders: none, lru or predict (trained predictors)")->capture_default_str();
   sub->add_flag("--pread", args->force_pread, "Pack folders: read with pread threads instead of io_uring");
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();

@@ -2,11 +2,13 @@
 #include <nlohmann/json.hpp>
 
 #include "chronos/error.h"
+#include "chronos/expert_streamer.h"
 #include "chronos/model.h"
 #include "chronos/pack_format.h"
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include "cli/commands.h"
 
 namespace chronos::cli {
@@ -42,8 +44,9 @@ struct PackSummaryView {
   double modularity = 0, intra_share = 0;
 };
 
-PackSummaryView summarize_pack(const std::filesystem::path& dir) {
+PackSummaryView summarize_pack(const std::filesystem::path& dir, const ModelConfig& config) {
   const PackManifest m = PackManifest::load(dir);
+  check_pack_against_config(m, config, dir);
   PackSummaryView v;
   v.clusters = std::ssize(m.clusters);
   v.experts = std::ssize(m.experts);
@@ -77,6 +80,9 @@ int run_inspect(const InspectArgs& args) {
   const auto model = Model::load(dir);
   const ModelConfig& c = model->config();
   const ModelSizes& s = model->sizes();
+  // Checked before anything is printed: a pack that disagrees with its config is an error.
+  std::optional<PackSummaryView> pack;
+  if (model->experts_streamed()) pack = summarize_pack(dir, c);
   const int64_t total_params = s.dense_params + s.expert_params;
   const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
   if (args.json) {
@@ -91,8 +97,8 @@ int run_inspect(const InspectArgs& args) {
         {"dense_bytes", s.dense_bytes}, {"expert_params", s.expert_params}, {"expert_bytes", s.expert_bytes},
         {"bytes_per_expert", s.bytes_per_expert}, {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
     };
-    if (model->experts_streamed()) {
-      const PackSummaryView v = summarize_pack(dir);
+    if (pack) {
+      const PackSummaryView& v = *pack;
       j["pack"] = {{"clusters", v.clusters}, {"experts", v.experts}, {"method", v.method},
                    {"cluster_bytes_min", v.min_bytes}, {"cluster_bytes_median", v.median_bytes},
                    {"cluster_bytes_max", v.max_bytes}, {"modularity", v.modularity},
@@ -115,8 +121,8 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("dense            {} params, {}\n", s.dense_params, human_bytes(s.dense_bytes));
   fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),
              human_bytes(s.bytes_per_expert), dtype_name(s.expert_dtype));
-  if (model->experts_streamed()) {
-    const PackSummaryView v = summarize_pack(dir);
+  if (pack) {
+    const PackSummaryView& v = *pack;
     fmt::print("pack             {} clusters ({}), {} experts; cluster files {} .. {} (median {})\n", v.clusters,
                v.method, v.experts, human_bytes(v.min_bytes), human_bytes(v.max_bytes), human_bytes(v.median_bytes));
     if (v.have_stats)

@@ -11,6 +11,7 @@
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "cli/commands.h"
+#include "cli/flags.h"
 
 namespace chronos::cli {
 namespace {
@@ -76,13 +77,17 @@ Command register_trace(CLI::App& app) {
   sub->add_option("-m,--model", args->model, "Hugging Face checkpoint folder");
   sub->add_option("--prompts", args->prompts, "Prompts, one JSON object per line ({\"prompt\", \"id\", \"domain\"})")->required();
   sub->add_option("-o,--out", args->out, "Output folder of .ctrace files (a rerun resumes)")->required();
-  sub->add_option("-n,--n-predict", args->n_predict, "Tokens generated per prompt")->capture_default_str();
+  sub->add_option("-n,--n-predict", args->n_predict, "Tokens generated per prompt")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(0, kMaxNewTokens));
   sub->add_option("--limit", args->limit, "Use only the first N prompts");
   sub->add_option("--prompts-per-file", args->per_file, "Prompts per trace file")->capture_default_str();
   sub->add_option("--temp", args->temperature, "Sampling temperature (default: generation_config.json, else greedy)");
-  sub->add_option("-s,--seed", args->seed, "Seed (prompt i uses seed + i)")->capture_default_str();
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)");
-  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")->capture_default_str();
+  sub->add_option("-s,--seed", args->seed, "Seed (prompt i uses seed + i)")->capture_default_str()->check(decimal_u64());
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(16, kMaxContext));
   return Command{sub, [args] { return run_trace(*args); }};
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "chronos/error.h"
+#include "chronos/ops.h"
 #include "chronos/tokenizer.h"
 
 namespace chronos {
@@ -78,6 +79,14 @@ Generator::Generator(const Model& model, const Tokenizer& tokenizer, std::unique
 
 Generator::~Generator() = default;
 
+// The CPU forward names the first layer with non-finite values itself; this catches any runner.
+void Generator::forward(std::span<const int32_t> tokens, int64_t pos) {
+  runner_->forward(tokens, pos, logits_.data(), false);
+  if (!ops::all_finite(logits_.data(), std::ssize(logits_)))
+    throw_error("non-finite logits (NaN or Inf) at position {} ({} device)", pos + std::ssize(tokens) - 1,
+                runner_->device());
+}
+
 GenerateStats Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                   const TextFn& on_text) {
   GenerateStats stats;
@@ -94,7 +103,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
 
   const auto start = std::chrono::steady_clock::now();
   if (options.on_step) options.on_step(0);
-  runner_->forward(prompt, 0, logits_.data(), false);
+  forward(prompt, 0);
   stats.prefill_seconds = seconds_since(start);
   auto decode_start = start;
   int64_t pos = stats.prompt_tokens;
@@ -122,7 +131,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
     if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
     if (options.on_step) options.on_step(pos);
-    runner_->forward(std::span<const int32_t>(&history.back(), 1), pos, logits_.data(), false);
+    forward(std::span<const int32_t>(&history.back(), 1), pos);
     ++pos;
   }
   if (stats.stop_reason != StopReason::kStopString && stats.stop_reason != StopReason::kCallback) {

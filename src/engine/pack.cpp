@@ -96,6 +96,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   manifest.num_experts = c.n_expert;
   manifest.dtype = std::string(dtype_name(model.sizes().expert_dtype));
   manifest.fingerprint = fingerprint;
+  manifest.config_fingerprint = config_fingerprint(model_dir / "config.json");
   manifest.clustering_method = method_name(options.method);
   manifest.clustering_trace = options.traces ? options.traces->string() : "";
   manifest.clustering_seed = options.seed;

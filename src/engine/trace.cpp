@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "chronos/error.h"
@@ -16,23 +17,34 @@
 namespace chronos {
 
 std::vector<PromptRecord> read_prompts_jsonl(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) throw_error("{}: is a folder, not a prompt file", path.string());
   std::ifstream in(path);
   if (!in) throw_error("{}: cannot open prompt file", path.string());
   std::vector<PromptRecord> prompts;
   std::string line;
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
     try {
-      const auto j = nlohmann::json::parse(line);
-      PromptRecord p;
-      if (j.contains("prompt")) p.text = j.at("prompt").get<std::string>();
-      else p.text = j.at("text").get<std::string>();
-      p.id = j.contains("id") ? j["id"].get<std::string>() : fmt::format("line-{}", line_no);
-      p.domain = j.contains("domain") ? j["domain"].get<std::string>() : "";
-      prompts.push_back(std::move(p));
-    } catch (const nlohmann::json::exception& e) {
-      throw_error("{}:{}: {}", path.string(), line_no, e.what());
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      throw_error("{}:{}: not a JSON object", path.string(), line_no);
     }
+    if (!j.is_object()) throw_error("{}:{}: not a JSON object", path.string(), line_no);
+    const auto text_field = [&](const char* key) -> std::optional<std::string> {
+      const auto it = j.find(key);
+      if (it == j.end()) return std::nullopt;
+      if (!it->is_string()) throw_error("{}:{}: \"{}\" is not a string", path.string(), line_no, key);
+      return it->get<std::string>();
+    };
+    PromptRecord p;
+    const auto text = j.contains("prompt") ? text_field("prompt") : text_field("text");
+    if (!text) throw_error("{}:{}: no \"prompt\" (or \"text\") string", path.string(), line_no);
+    if (text->empty()) throw_error("{}:{}: the prompt is empty", path.string(), line_no);
+    p.text = *text;
+    p.id = text_field("id").value_or(fmt::format("line-{}", line_no));
+    p.domain = text_field("domain").value_or("");
+    prompts.push_back(std::move(p));
   }
   if (prompts.empty()) throw_error("{}: no prompts", path.string());
   return prompts;
@@ -80,6 +92,15 @@ TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std:
     }
   } clear{model};
 
+  // Every prompt must fit with room for at least one generated token; checked before anything is
+  // traced, so a long run does not stop half-way (and no prompt is silently cut).
+  for (const PromptRecord& p : prompts) {
+    const int64_t n = std::ssize(tokenizer.encode(p.text, true));
+    if (n + 1 >= options.n_ctx)
+      throw_error("prompt '{}' is {} tokens, which does not fit in a context of {} (raise --ctx-size or shorten it)",
+                  p.id, n, options.n_ctx);
+  }
+
   TraceProgress progress;
   progress.prompts_total = std::ssize(prompts);
   Generator generator(model, tokenizer, pool, options.n_ctx);
@@ -99,8 +120,7 @@ TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std:
       for (auto& v : ids_by_layer) v.clear();
       for (auto& v : probs_by_layer) v.clear();
       h0.clear();
-      std::vector<int32_t> ids = tokenizer.encode(p.text, true);
-      if (std::ssize(ids) >= options.n_ctx) ids.resize(size_t(options.n_ctx / 2));
+      const std::vector<int32_t> ids = tokenizer.encode(p.text, true);
       GenerateOptions gen;
       gen.max_new_tokens = std::min(options.max_new_tokens, options.n_ctx - std::ssize(ids) - 1);
       gen.sampling = options.sampling;

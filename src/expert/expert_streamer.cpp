@@ -12,9 +12,23 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The pack must hold exactly the routed experts this model's config describes.
-void check_against_model(const PackManifest& m, const ModelConfig& c, const std::filesystem::path& dir) {
+int64_t largest_extent(const PackManifest& m) {
+  int64_t bytes = 0;
+  for (const auto& [key, expert] : m.experts) bytes = std::max(bytes, expert.bytes);
+  return bytes;
+}
+
+}  // namespace
+
+void check_pack_against_config(const PackManifest& m, const ModelConfig& c, const std::filesystem::path& dir) {
   const std::string where = (dir / kManifestFileName).string();
+  if (!m.config_fingerprint.empty()) {
+    const std::string actual = config_fingerprint(dir / "config.json");
+    if (actual != m.config_fingerprint)
+      throw_error("{}: config.json is not the one this pack was made with (its fingerprint is {}, {} records {}); "
+                  "repack the model",
+                  (dir / "config.json").string(), actual, where, m.config_fingerprint);
+  }
   if (m.num_experts != c.n_expert || m.num_moe_layers != c.n_moe_layers())
     throw_error("{}: {} MoE layers x {} experts, but config.json says {} x {}", where, m.num_moe_layers, m.num_experts,
                 c.n_moe_layers(), c.n_expert);
@@ -32,14 +46,6 @@ void check_against_model(const PackManifest& m, const ModelConfig& c, const std:
   }
 }
 
-int64_t largest_extent(const PackManifest& m) {
-  int64_t bytes = 0;
-  for (const auto& [key, expert] : m.experts) bytes = std::max(bytes, expert.bytes);
-  return bytes;
-}
-
-}  // namespace
-
 PrefetchMode parse_prefetch_mode(const std::string& text) {
   if (text == "none") return PrefetchMode::kNone;
   if (text == "lru") return PrefetchMode::kLru;
@@ -51,7 +57,7 @@ ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_d
                                const StreamerOptions& options)
     : model_(model), manifest_(PackManifest::load(pack_dir)), options_(options) {
   const ModelConfig& c = model.config();
-  check_against_model(manifest_, c, pack_dir);
+  check_pack_against_config(manifest_, c, pack_dir);
   ExpertCache::Options cache_options;
   cache_options.budget_bytes = options.budget_bytes;
   cache_options.slot_bytes = largest_extent(manifest_);
@@ -133,6 +139,9 @@ FfnWeights ExpertStreamer::view_of(const PackedExpert& expert, void* data) const
 size_t ExpertStreamer::max_experts_per_acquire() const { return size_t(std::max<int64_t>(1, cache_->n_slots())); }
 
 void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) {
+  // A failed or corrupt read is an error in every miss mode: the fallback stands in for experts
+  // that are late, never for experts whose bytes are wrong.
+  if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
   for (size_t i = 0; i < experts.size(); ++i) {
     const int32_t e = experts[i];
     const ExpertKey key{int32_t(layer), e};
@@ -225,6 +234,7 @@ void ExpertStreamer::release(int64_t layer, std::span<const int32_t> experts) {
 }
 
 void ExpertStreamer::begin_step() {
+  if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
   int64_t step;
   {
     std::lock_guard lock(mutex_);

@@ -217,6 +217,7 @@ PackManifest PackManifest::load(const fs::path& dir) {
   m.dtype = r.string(model, "model", "dtype");
   if (!dtype_from_name(m.dtype)) r.fail("model.dtype", fmt::format("unknown dtype \"{}\"", m.dtype));
   m.fingerprint = r.string(model, "model", "fingerprint");
+  if (model.contains("config_fingerprint")) m.config_fingerprint = r.string(model, "model", "config_fingerprint");
   const Json& clustering = r.member(root, "(top level)", "clustering");
   m.clustering_method = r.string(clustering, "clustering", "method");
   m.clustering_trace = r.string(clustering, "clustering", "trace");
@@ -305,6 +306,7 @@ void PackManifest::save(const fs::path& path) const {
                        {"num_experts", num_experts},
                        {"dtype", dtype},
                        {"fingerprint", fingerprint}};
+  if (!config_fingerprint.empty()) root["model"]["config_fingerprint"] = config_fingerprint;
   root["clustering"] = Json{{"method", clustering_method}, {"trace", clustering_trace}, {"seed", clustering_seed}};
   root["clusters"] = Json::array();
   for (const PackCluster& cluster : clusters) {
@@ -325,15 +327,30 @@ void PackManifest::save(const fs::path& path) const {
   write_file_atomically(path, root.dump(1) + "\n");
 }
 
+std::string config_fingerprint(const fs::path& config_path) {
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(read_text(config_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw_error("{}: not valid JSON: {}", config_path.string(), e.what());
+  }
+  const std::string text = config.dump();  // canonical: sorted keys, no whitespace
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
 std::string model_fingerprint(const fs::path& model_dir) {
   if (std::error_code ec; fs::exists(model_dir / kManifestFileName, ec)) {
     const fs::path path = model_dir / kManifestFileName;
+    nlohmann::json root;
     try {
-      const auto root = nlohmann::json::parse(read_text(path));
-      return root.at("model").at("fingerprint").get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      throw_error("{}: no model.fingerprint: {}", path.string(), e.what());
+      root = nlohmann::json::parse(read_text(path));
+    } catch (const nlohmann::json::exception&) {
+      throw_error("{}: not valid JSON", path.string());
     }
+    if (!root.is_object() || !root.contains("model") || !root["model"].is_object() ||
+        !root["model"].contains("fingerprint") || !root["model"]["fingerprint"].is_string())
+      throw_error("{}: no model.fingerprint string", path.string());
+    return root["model"]["fingerprint"].get<std::string>();
   }
   const fs::path config_path = model_dir / "config.json";
   nlohmann::json config;

@@ -2,7 +2,9 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "chronos/error.h"
@@ -15,6 +17,8 @@ namespace {
 using nlohmann::json;
 
 json read_json_file(const std::filesystem::path& path) {
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw_error("{}: is a folder, not a JSON file", path.string());
   std::ifstream in(path);
   if (!in) throw_error("{}: cannot open: no such file or not readable", path.string());
   try {
@@ -24,16 +28,32 @@ json read_json_file(const std::filesystem::path& path) {
   }
 }
 
+// Upper bounds on the sizes config.json states, far above any released model, checked before
+// anything is allocated from them: a crafted file must fail with its key named, not allocate
+// gigabytes or overflow. The real shapes are then checked against the checkpoint's tensors.
+constexpr int64_t kMaxWidth = int64_t(1) << 20;      // hidden_size, FFN sizes, head_dim
+constexpr int64_t kMaxLayers = 4096;                 // num_hidden_layers
+constexpr int64_t kMaxHeads = 4096;                  // attention heads
+constexpr int64_t kMaxExperts = 65536;               // routed experts per layer
+constexpr int64_t kMaxVocab = int64_t(1) << 24;      // vocab_size
+constexpr int64_t kMaxPositions = int64_t(1) << 26;  // max_position_embeddings
+
+int32_t read_token_id(const json& value, const char* key) {
+  if (!value.is_number_integer()) throw_error("key '{}': expected integer token ids", key);
+  if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t(kMaxVocab) : value.get<int64_t>() < 0 ||
+                                                                                     value.get<int64_t>() > kMaxVocab)
+    throw_error("key '{}': token id {} is out of range [0, {}]", key, value.dump(), kMaxVocab);
+  return int32_t(value.get<int64_t>());
+}
+
 std::vector<int32_t> read_token_ids(const json& value, const char* key) {
   std::vector<int32_t> ids;
   if (value.is_null()) return ids;
-  if (value.is_number_integer()) {
-    ids.push_back(value.get<int32_t>());
+  if (value.is_number()) {
+    ids.push_back(read_token_id(value, key));
   } else if (value.is_array()) {
-    for (const auto& id : value) {
-      if (!id.is_number_integer()) throw_error("key '{}': expected integer token ids", key);
-      ids.push_back(id.get<int32_t>());
-    }
+    if (value.size() > 1024) throw_error("key '{}': {} token ids (at most 1024)", key, value.size());
+    for (const auto& id : value) ids.push_back(read_token_id(id, key));
   } else {
     throw_error("key '{}': expected an integer or a list of integers", key);
   }
@@ -62,6 +82,23 @@ void read_rope(const json& j, ModelConfig& cfg) {
   }
 }
 
+// The counts read before the architecture's own keys, bounded before read_config sizes
+// anything from them.
+void validate_sizes(const ModelConfig& c) {
+  auto in_range = [](int64_t v, int64_t hi, const char* key) {
+    if (v <= 0 || v > hi) throw_error("key '{}' must be in [1, {}] (got {})", key, hi, v);
+  };
+  in_range(c.n_embd, kMaxWidth, "hidden_size");
+  in_range(c.n_layer, kMaxLayers, "num_hidden_layers");
+  in_range(c.n_head, kMaxHeads, "num_attention_heads");
+  in_range(c.n_head_kv, kMaxHeads, "num_key_value_heads");
+  in_range(c.head_dim, kMaxWidth, "head_dim");
+  in_range(c.n_vocab, kMaxVocab, "vocab_size");
+  in_range(c.n_ctx_train, kMaxPositions, "max_position_embeddings");
+  if (c.n_expert_used < 0 || c.n_expert_used > kMaxExperts)
+    throw_error("key 'num_experts_per_tok' must be in [0, {}] (got {})", kMaxExperts, c.n_expert_used);
+}
+
 void validate(const ModelConfig& c) {
   auto positive = [](int64_t v, const char* key) {
     if (v <= 0) throw_error("key '{}' must be positive (got {})", key, v);
@@ -77,6 +114,11 @@ void validate(const ModelConfig& c) {
     throw_error("num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.n_head,
                 c.n_head_kv);
   if (c.head_dim % 2 != 0) throw_error("head_dim ({}) must be even for rotary embeddings", c.head_dim);
+  if (c.n_expert > kMaxExperts) throw_error("key 'num_experts' must be at most {} (got {})", kMaxExperts, c.n_expert);
+  for (const auto& [value, key] : {std::pair{c.n_ff_expert, "moe_intermediate_size"},
+                                   {c.n_ff_shared, "shared_expert_intermediate_size"},
+                                   {c.n_ff_dense, "intermediate_size"}})
+    if (value < 0 || value > kMaxWidth) throw_error("key '{}' must be in [0, {}] (got {})", key, kMaxWidth, value);
   if (c.n_moe_layers() > 0) {
     positive(c.n_expert, "num_experts");
     positive(c.n_ff_expert, "expert intermediate size");
@@ -90,7 +132,9 @@ void validate(const ModelConfig& c) {
   if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0)
     throw_error("rotary dimensions {} invalid for head_dim {}", c.n_rot, c.head_dim);
   if (!(c.rms_norm_eps > 0.0f)) throw_error("rms_norm_eps must be positive");
-  if (!(c.rope_theta > 0.0f)) throw_error("rope_theta must be positive");
+  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
+    throw_error("rope_theta must be a positive finite number (got {})", c.rope_theta);
+  if (!std::isfinite(c.rms_norm_eps)) throw_error("rms_norm_eps must be finite");
 }
 
 }  // namespace
@@ -98,6 +142,8 @@ void validate(const ModelConfig& c) {
 int64_t json_int(const json& j, const char* key) {
   if (!j.contains(key) || j[key].is_null()) throw_error("missing key '{}'", key);
   if (!j[key].is_number_integer()) throw_error("key '{}': expected an integer", key);
+  if (j[key].is_number_unsigned() && j[key].get<uint64_t>() > uint64_t(INT64_MAX))
+    throw_error("key '{}': {} is out of range", key, j[key].dump());
   return j[key].get<int64_t>();
 }
 
@@ -109,7 +155,12 @@ int64_t json_int_or(const json& j, const char* key, int64_t fallback) {
 double json_number_or(const json& j, const char* key, double fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_number()) throw_error("key '{}': expected a number", key);
-  return j[key].get<double>();
+  // Every such number ends up in a float (or scales one): beyond float's range it is an error,
+  // not an infinity or an undefined conversion.
+  const double value = j[key].get<double>();
+  if (!(std::fabs(value) <= double(std::numeric_limits<float>::max())))
+    throw_error("key '{}': {} is out of range", key, j[key].dump());
+  return value;
 }
 
 bool json_bool_or(const json& j, const char* key, bool fallback) {
@@ -154,7 +205,10 @@ ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
     cfg.n_expert_used = json_int_or(j, "num_experts_per_tok", 0);
     if (j.contains("hidden_act") && j["hidden_act"] != "silu")
       throw_error("hidden_act '{}' is not supported (only silu)", j["hidden_act"].dump());
+    validate_sizes(cfg);
     const double partial = json_number_or(j, "partial_rotary_factor", 1.0);
+    if (!(partial > 0.0 && partial <= 1.0))
+      throw_error("key 'partial_rotary_factor' must be in (0, 1] (got {})", j["partial_rotary_factor"].dump());
     cfg.n_rot = int64_t(double(cfg.head_dim) * partial);
     if (json_number_or(j, "router_jitter_noise", 0.0) != 0.0)
       spdlog::debug("config.json: router_jitter_noise is a training option; ignored");

@@ -8,7 +8,6 @@
 #include "model/scratch.h"
 
 namespace chronos {
-
 void rope_tables(const ModelConfig& c, int64_t n_ctx, std::vector<float>& cos, std::vector<float>& sin) {
   // In f32 the way transformers does: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq (f32),
   // then cos/sin of that f32 angle.
@@ -98,6 +97,11 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
     if (id < 0 || id >= c.n_vocab) throw_error("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
     ops::weight_row_to_f32(s.x.data() + t * d, weights_.tok_embd, id);  // [n, n_embd]
   }
+  // Where non-finite values first appear, watched on the last token's row (n_embd floats per
+  // layer): a NaN anywhere earlier in the chunk reaches that row through attention. Reported only
+  // when the logits turn out non-finite.
+  const float* last_row = s.x.data() + (n - 1) * d;
+  int64_t first_bad = ops::all_finite(last_row, d) ? -2 : -1;  // -1: the embeddings; >= 0: a layer
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& layer = weights_.layers[size_t(il)];
     for (int64_t t = 0; t < n; ++t)
@@ -113,6 +117,7 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
     trace("ffn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
     trace("layer_out", il, s.x.data(), n * d);
+    if (first_bad == -2 && !ops::all_finite(last_row, d)) first_bad = il;
     if (observes_block(il)) block_(il, std::span<const float>(s.x.data(), size_t(n * d)), n);
   }
   if (logits == nullptr) return;
@@ -122,6 +127,10 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
   for (int64_t t = first; t < n; ++t)
     ops::rmsnorm(s.xn.data() + (t - first) * d, s.x.data() + t * d, weights_.output_norm.data(), d, c.rms_norm_eps);
   ops::matmul(logits, s.xn.data(), weights_.output, rows, pool);  // [rows, n_vocab]
+  if (ops::all_finite(logits, rows * c.n_vocab)) return;
+  if (first_bad == -1) throw_error("non-finite values (NaN or Inf) in the token embeddings (model.embed_tokens)");
+  if (first_bad >= 0) throw_error("non-finite values (NaN or Inf) first appear in the output of layer {}", first_bad);
+  throw_error("non-finite logits (NaN or Inf) from finite hidden states: the final norm or the LM head");
 }
 
 void Model::dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,

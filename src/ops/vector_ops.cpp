@@ -1,4 +1,4 @@
-// ops::rmsnorm, softmax, silu_mul, dot, axpy: thin wrappers over the active kernel table.
+// ops::rmsnorm, softmax, silu_mul, dot, axpy (and all_finite): thin wrappers over the active kernel table.
 #include "chronos/error.h"
 #include "chronos/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -23,6 +23,17 @@ void silu_mul(float* out, const float* gate, const float* up, int64_t n) {
 float dot(const float* a, const float* b, int64_t n) {
   CHRONOS_CHECK(n >= 0);
   return kernels::active_kernels().dot(a, b, n);
+}
+
+bool all_finite(const float* x, int64_t n) {
+  // x * 0 is NaN exactly when x is NaN or Inf, so one sum answers for all; four partial sums
+  // keep the loop from waiting on one addition chain.
+  float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; ++j) sums[j] += x[i + j] * 0.0f;
+  for (; i < n; ++i) sums[0] += x[i] * 0.0f;
+  return sums[0] + sums[1] + sums[2] + sums[3] == 0.0f;
 }
 
 void axpy(float* y, float alpha, const float* x, int64_t n) {

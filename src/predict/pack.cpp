@@ -118,45 +118,81 @@ std::unique_ptr<PredictorPack> load_pack(const fs::path& dir) {
   std::stringstream text;
   text << in.rdbuf();
   auto pack = std::make_unique<PredictorPack>();
+  const std::string where = json_path.string();
+  // Every value is checked for its kind and range here, so a crafted file is one named error,
+  // never an undefined conversion or an allocation sized by an untrusted number.
+  const auto member = [&](const Json& object, const char* key, const char* parent) -> const Json& {
+    if (!object.is_object() || !object.contains(key))
+      throw_error("{}: missing key '{}{}{}'", where, parent, *parent != 0 ? "." : "", key);
+    return object[key];
+  };
+  const auto integer = [&](const Json& value, const std::string& name, int64_t lo, int64_t hi) {
+    if (!value.is_number_integer()) throw_error("{}: {} is not an integer", where, name);
+    if ((value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(hi)) || value.get<int64_t>() < lo ||
+        value.get<int64_t>() > hi)
+      throw_error("{}: {} = {} is out of range [{}, {}]", where, name, value.dump(), lo, hi);
+    return int32_t(value.get<int64_t>());
+  };
+  constexpr int64_t kMaxWidth = int64_t(1) << 20;
+  int32_t rank = 0, hidden = 0;
   try {
     const Json root = Json::parse(text.str());
-    if (root.at("format").get<std::string>() != "chronos-predictors")
-      throw_error("{}: format is not chronos-predictors", json_path.string());
-    if (root.at("version").get<int>() != kPredictorsVersion)
-      throw_error("{}: version {} is not supported (expected {})", json_path.string(), root.at("version").dump(),
-                  kPredictorsVersion);
-    const Json& model = root.at("model");
-    pack->model_fingerprint = model.at("fingerprint").get<std::string>();
-    pack->shape.n_embd = model.at("n_embd").get<int32_t>();
-    pack->shape.n_expert = model.at("n_expert").get<int32_t>();
-    pack->shape.n_expert_used = model.at("n_expert_used").get<int32_t>();
-    pack->shape.moe_layers = model.at("moe_layers").get<std::vector<int32_t>>();
-    pack->horizon = root.at("lookahead").at("horizon").get<int32_t>();
-    const int32_t rank = root.at("lookahead").at("rank").get<int32_t>();
-    const int32_t hidden = root.at("intent").at("hidden").get<int32_t>();
-    if (pack->shape.n_embd < 1 || pack->shape.n_expert < 1 || pack->shape.n_expert_used < 1 ||
-        pack->shape.n_expert_used > pack->shape.n_expert || pack->shape.moe_layers.empty() || pack->horizon < 0 ||
-        rank < 1 || hidden < 1)
-      throw_error("{}: sizes out of range", json_path.string());
+    const Json& format = member(root, "format", "");
+    if (!format.is_string() || format.get<std::string>() != "chronos-predictors")
+      throw_error("{}: format is not chronos-predictors", where);
+    if (integer(member(root, "version", ""), "version", 0, 1 << 20) != kPredictorsVersion)
+      throw_error("{}: version {} is not supported (expected {})", where, root["version"].dump(), kPredictorsVersion);
+    const Json& model = member(root, "model", "");
+    const Json& fingerprint = member(model, "fingerprint", "model");
+    if (!fingerprint.is_string()) throw_error("{}: model.fingerprint is not a string", where);
+    pack->model_fingerprint = fingerprint.get<std::string>();
+    pack->shape.n_embd = integer(member(model, "n_embd", "model"), "model.n_embd", 1, kMaxWidth);
+    pack->shape.n_expert = integer(member(model, "n_expert", "model"), "model.n_expert", 1, 65536);
+    pack->shape.n_expert_used =
+        integer(member(model, "n_expert_used", "model"), "model.n_expert_used", 1, pack->shape.n_expert);
+    const Json& layers = member(model, "moe_layers", "model");
+    if (!layers.is_array() || layers.empty() || layers.size() > 4096)
+      throw_error("{}: model.moe_layers is not a list of 1 to 4096 layers", where);
+    for (const Json& layer : layers) pack->shape.moe_layers.push_back(integer(layer, "model.moe_layers[]", 0, 4095));
+    const Json& lookahead = member(root, "lookahead", "");
+    pack->horizon = integer(member(lookahead, "horizon", "lookahead"), "lookahead.horizon", 0, 64);
+    rank = integer(member(lookahead, "rank", "lookahead"), "lookahead.rank", 1, kMaxWidth);
+    hidden = integer(member(member(root, "intent", ""), "hidden", "intent"), "intent.hidden", 1, kMaxWidth);
     for (const char* key : {"training", "heldout"})
       if (root.contains(key)) pack->training[key] = root[key];
     pack->slots = lookahead_slots(pack->shape, pack->horizon);
-    const Json& slots = root.at("lookahead").at("slots");
-    if (slots.size() != pack->slots.size())
-      throw_error("{}: lookahead.slots has {} entries, expected {}", json_path.string(), slots.size(),
+    const Json& slots = member(lookahead, "slots", "lookahead");
+    if (!slots.is_array() || slots.size() != pack->slots.size())
+      throw_error("{}: lookahead.slots has {} entries, expected {}", where, slots.is_array() ? slots.size() : 0,
                   pack->slots.size());
-    for (size_t i = 0; i < slots.size(); ++i)
-      if (slots[i].at(0).get<int32_t>() != pack->slots[i].horizon ||
-          slots[i].at(1).get<int32_t>() != pack->shape.moe_layers[size_t(pack->slots[i].moe_index)])
-        throw_error("{}: lookahead.slots[{}] is {}, not in the expected order", json_path.string(), i, slots[i].dump());
-    const int64_t d = pack->shape.n_embd, E = pack->shape.n_expert, L = pack->shape.n_moe_layers();
-    pack->lookahead = Mlp<float>(d, rank, std::ssize(pack->slots) * E, E);
-    pack->intent = Mlp<float>(2 * d, hidden, L * E, E);
-  } catch (const Json::exception& e) {
-    throw_error("{}: {}", json_path.string(), e.what());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (!slots[i].is_array() || slots[i].size() != 2)
+        throw_error("{}: lookahead.slots[{}] is not a pair", where, i);
+      if (integer(slots[i][0], "lookahead.slots[]", 0, 64) != pack->slots[i].horizon ||
+          integer(slots[i][1], "lookahead.slots[]", 0, 4095) !=
+              pack->shape.moe_layers[size_t(pack->slots[i].moe_index)])
+        throw_error("{}: lookahead.slots[{}] is {}, not in the expected order", where, i, slots[i].dump());
+    }
+  } catch (const Json::exception&) {
+    throw_error("{}: not valid JSON", where);
   }
 
+  // The tensors' shapes are compared with the stated sizes before the networks are allocated.
   const auto file = SafetensorsFile::open(tensors_path);
+  const int64_t d = pack->shape.n_embd, E = pack->shape.n_expert, L = pack->shape.n_moe_layers();
+  for (const auto& [name, shape] :
+       {std::pair<const char*, std::vector<int64_t>>{"lookahead.fc1.weight", {rank, d}},
+        {"lookahead.fc2.weight", {std::ssize(pack->slots) * E, rank}},
+        {"intent.fc1.weight", {hidden, 2 * d}},
+        {"intent.fc2.weight", {L * E, hidden}}}) {
+    const TensorInfo* tensor = file->find(name);
+    if (tensor == nullptr) throw_error("{}: tensor {}: missing", tensors_path.string(), name);
+    if (tensor->shape != shape)
+      throw_error("{}: tensor {}: shape [{}], expected [{}] (from predictors.json)", tensors_path.string(), name,
+                  fmt::join(tensor->shape, ","), fmt::join(shape, ","));
+  }
+  pack->lookahead = Mlp<float>(d, rank, std::ssize(pack->slots) * E, E);
+  pack->intent = Mlp<float>(2 * d, hidden, L * E, E);
   read_mlp(*file, "lookahead.", pack->lookahead);
   read_mlp(*file, "intent.", pack->intent);
   const TensorInfo* slots = file->find("lookahead.slots");

@@ -1,9 +1,14 @@
 // Bad input of every kind: one line on stderr naming the problem, a non-zero exit, no crash,
 // nothing on stdout.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #include "chronos/safetensors.h"
@@ -174,12 +179,125 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_failure(run_chronos({"frobnicate"}, work_), 2, "frobnicate");
 }
 
+TEST_F(CliErrors, NumericFlagsAreBounded) {
+  // Each of these used to be accepted: out of memory, an overflow, a crawl, a silent wrap-around.
+  // generate() passes -n itself; -n given twice would fail for another reason.
+  for (const char* n : {"99999999999", "9223372036854775807"}) {
+    const RunResult r = run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", n}, work_);
+    expect_clean_failure(r, 2, "n-predict");
+    EXPECT_NE(r.err.find("not in range"), std::string::npos) << r.err;
+  }
+  expect_clean_failure(generate({"-p", "hi", "-b", "1000000000"}), 2, "batch-size");
+  expect_clean_failure(generate({"-p", "hi", "-t", "10000"}), 2, "threads");
+  expect_clean_failure(generate({"-p", "hi", "--seed", "-1"}), 2, "seed");
+  expect_clean_failure(generate({"-p", "hi", "--seed", "1e23"}), 2, "seed");
+  expect_clean_failure(generate({"-p", "hi", "-c", "0"}), 2, "ctx-size");
+  expect_clean_failure(generate({"-p", "hi", "--io-latency-ms", "nan"}), 2, "io-latency-ms");
+  expect_clean_failure(generate({"-p", "hi", "--stop", ""}), 2, "--stop");
+  const auto prompts = work_ / "prompts.jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"The river\"}\n";
+  auto bench = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"bench", "-m", model_.string(), "--prompts", prompts.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_chronos(args, work_);
+  };
+  expect_clean_failure(bench({"-c", "0"}), 2, "ctx-size");
+  expect_clean_failure(bench({"-c", "-1"}), 2, "ctx-size");
+  expect_clean_failure(bench({"-t", "-3"}), 2, "threads");
+  expect_clean_failure(bench({"--expert-cache", ","}), 2, "--expert-cache");
+  expect_clean_failure(bench({"--io-latency-ms", "0,inf"}), 2, "--io-latency-ms");
+}
+
+TEST_F(CliErrors, EmptyPromptInAPromptsFileIsNamed) {
+  const auto prompts = work_ / "prompts.jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"The river\"}\n{\"prompt\": \"\"}\n";
+  expect_clean_failure(run_chronos({"bench", "-m", model_.string(), "--prompts", prompts.string()}, work_), 1,
+                       "prompts.jsonl:2: the prompt is empty");
+  std::ofstream(prompts) << "{\"id\": \"x\"}\n";
+  expect_clean_failure(run_chronos({"bench", "-m", model_.string(), "--prompts", prompts.string()}, work_), 1,
+                       "no \"prompt\"");
+}
+
+TEST_F(CliErrors, CraftedConfigNumbersAreNamed) {
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
+      {"num_hidden_layers", 1000000000}, {"num_hidden_layers", -5},     {"hidden_size", 9223372036854775807LL},
+      {"partial_rotary_factor", 1e300},  {"rope_theta", 1e300},         {"eos_token_id", 10000000000LL},
+      {"eos_token_id", -3},              {"vocab_size", 4294967296LL}};
+  const std::string original = testing::slurp(model_ / "config.json");
+  for (const auto& [key, value] : cases) {
+    std::ofstream(model_ / "config.json") << original;
+    edit_config([&](nlohmann::json& j) { j[key] = value; });
+    SCOPED_TRACE(key + " = " + value.dump());
+    expect_clean_failure(generate({"-p", "hi"}), 1, key);
+  }
+}
+
+TEST_F(CliErrors, FoldersWhereFilesBelongAreNamed) {
+  expect_clean_failure(generate({"-f", work_.string()}), 1, work_.string());
+  fs::remove(model_ / "config.json");
+  fs::create_directory(model_ / "config.json");
+  expect_clean_failure(generate({"-p", "hi"}), 1, "config.json");
+}
+
+// NaN or Inf weights: an error that says where the values first turn non-finite, not garbage text.
+TEST_F(CliErrors, NonFiniteWeightsAreAnErrorNamingWhere) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model.embed_tokens.weight", "token embeddings"},
+      {"model.layers.1.self_attn.o_proj.weight", "output of layer 1"},
+      {"lm_head.weight", "LM head"}};
+  const auto original = work_ / "original.safetensors";
+  fs::copy_file(model_ / "model.safetensors", original);
+  for (const auto& [tensor, where] : cases) {
+    fs::copy_file(original, model_ / "model.safetensors", fs::copy_options::overwrite_existing);
+    std::vector<float> nans;
+    rewrite_weights([&](std::vector<TensorToWrite>& tensors) {
+      for (TensorToWrite& t : tensors) {
+        if (t.name != tensor) continue;
+        nans.assign(t.bytes.size() / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+        t.bytes = std::as_bytes(std::span<const float>(nans));
+      }
+    });
+    SCOPED_TRACE(tensor);
+    expect_clean_failure(generate({"-p", "hi"}), 1, where);
+  }
+}
+
 TEST_F(CliErrors, StatsJsonNotLeftHalfWritten) {
   const auto stats = work_ / "no_such_dir" / "stats.json";
   const RunResult r = generate({"-p", "hi", "--stats-json", stats.string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_FALSE(fs::exists(stats));
-  EXPECT_FALSE(fs::exists(stats.string() + ".tmp"));
+  EXPECT_FALSE(fs::exists(stats.parent_path()));
+}
+
+TEST_F(CliErrors, AFullStdoutIsAnError) {
+  struct stat st {};
+  if (::stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode)) GTEST_SKIP() << "no /dev/full here";
+  const RunResult r = run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", "4", "--ignore-eos"}, work_, "", "/dev/full");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("standard output"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("No space left"), std::string::npos) << r.err;
+}
+
+TEST_F(CliErrors, StatsJsonToADeviceWritesThroughIt) {
+  struct stat st {};
+  // --stats-json /dev/stdout must not replace the device: a FIFO stands in for it here.
+  const auto fifo = work_ / "stats.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const RunResult r = run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", "2", "--stats-json",
+                                   fifo.string()}, work_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::string text(1 << 16, '\0');
+  const ssize_t n = ::read(reader, text.data(), text.size());
+  ::close(reader);
+  ASSERT_GT(n, 0);
+  EXPECT_NE(text.find("\"decode_tokens_per_second\""), std::string::npos);
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced by a regular file";
+  for (const auto& entry : fs::directory_iterator(work_))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
 }  // namespace

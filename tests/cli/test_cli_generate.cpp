@@ -60,6 +60,22 @@ TEST_F(Cli, StopStringEndsTheTextBeforeIt) {
   EXPECT_EQ(r.out, full.substr(0, at));
 }
 
+// The README's --stop "\n\n": the shell passes a backslash and an n, which mean a newline.
+TEST_F(Cli, StopStringEscapesMeanTheCharacters) {
+  const fs::path demo = fs::path(CHRONOS_SOURCE_DIR) / "models" / "chronos-demo";
+  const std::vector<std::string> base = {"generate", "-m", demo.string(), "-p", "int main(void) {", "-n", "48",
+                                         "--ignore-eos"};
+  const RunResult full = run_chronos(base, work_);
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const size_t newline = full.out.find('\n');
+  ASSERT_NE(newline, std::string::npos) << "the greedy continuation has no newline: " << full.out;
+  auto with_stop = base;
+  with_stop.insert(with_stop.end(), {"--stop", "\\n"});
+  const RunResult stopped = run_chronos(with_stop, work_);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_EQ(stopped.out, full.out.substr(0, newline));
+}
+
 TEST_F(Cli, SameSeedSameSample) {
   auto sample = [&](const std::string& seed) {
     return run_chronos({"generate", "-m", kModel.string(), "-p", "the mill", "-n", "24", "--ignore-eos", "--temp",

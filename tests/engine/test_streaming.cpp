@@ -12,6 +12,7 @@
 #include "chronos/generate.h"
 #include "chronos/pack.h"
 #include "chronos/pack_format.h"
+#include "chronos/predictors.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
@@ -56,7 +57,10 @@ class Streaming : public ::testing::TestWithParam<const char*> {
       backend = make_cpu_backend();
       streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, *streaming);
       model->set_expert_provider(streamer.get());
-      options.on_step = [&](int64_t) { streamer->begin_step(); };
+      options.on_step = [&](int64_t pos) {  // as the CLI drives it
+        if (pos == 0) streamer->begin_request();
+        streamer->begin_step();
+      };
     }
     Generator generator(*model, tokenizer, pool, 128, 8);
     const auto prompt = tokenizer.encode("The river keeps its own time, and the mill", true);
@@ -194,6 +198,25 @@ TEST_F(StreamingErrors, ManifestThatDisagreesWithTheModelIsRefused) {
   }
 }
 
+TEST_F(StreamingErrors, EditedConfigOfAPackIsRefused) {
+  const fs::path packed = pack(fixture("qwen2_moe-f32"));
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(packed / "config.json"));
+  config["num_experts_per_tok"] = 3;  // same experts on disk, other routing: other outputs
+  std::ofstream(packed / "config.json") << config.dump(2);
+  StreamerOptions options;
+  options.budget_bytes = int64_t(1) << 30;
+  try {
+    generate(packed, &options);
+    FAIL() << "a pack ran with a config.json it was not made with";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json is not the one this pack was made with"), std::string::npos)
+        << e.what();
+  }
+  // Formatting alone (key order, whitespace) is not a change.
+  std::ofstream(packed / "config.json") << nlohmann::json::parse(std::ifstream(fixture("qwen2_moe-f32") / "config.json")).dump(7);
+  EXPECT_EQ(generate(packed, &options, nullptr, 4).size(), 4u);
+}
+
 TEST_F(StreamingErrors, TracedClusteredPackIsTokenIdentical) {
   const fs::path dir = fixture("qwen2_moe-f32");
   auto model = Model::load(dir);
@@ -216,6 +239,85 @@ TEST_F(StreamingErrors, TracedClusteredPackIsTokenIdentical) {
   StreamerOptions streaming;
   streaming.budget_bytes = slot_bytes(packed) * 5;
   EXPECT_EQ(generate(packed, &streaming), generate(dir, nullptr));
+}
+
+// The slot-eviction race of the reliability report: at one slot and at 5% with a prefetch policy,
+// a slot could be evicted while being acquired. Every prefetch mode under both eviction policies,
+// at the smallest budgets, must give the resident model's tokens (and never abort on an internal
+// check). Predictors are trained briefly on fixture traces; their quality does not matter here,
+// only that their prefetches compete with the compute side for the slots.
+TEST_F(StreamingErrors, WaitModeIsTokenIdenticalAtTinyBudgetsUnderEveryPolicy) {
+  const fs::path dir = fixture("qwen2_moe-f32");
+  {
+    auto model = Model::load(dir);
+    const Tokenizer tokenizer = Tokenizer::load(dir);
+    std::vector<PromptRecord> prompts = {{"a", "prose", "The river keeps its own time"},
+                                         {"b", "code", "int main() { return 0; }"},
+                                         {"c", "prose", "Le moulin tourne toujours"},
+                                         {"d", "prose", "A mill by the river, and the"}};
+    TraceOptions trace_options;
+    trace_options.max_new_tokens = 16;
+    ThreadPool pool(2);
+    record_traces(*model, tokenizer, dir, prompts, work_ / "traces", trace_options, pool, [](const TraceProgress&) {});
+  }
+  const fs::path packed = pack(dir);
+  {
+    PredictorTrainOptions train;
+    train.epochs = 2;
+    train.rank = 16;
+    train.intent_hidden = 16;
+    train.intent_epochs = 4;
+    ThreadPool pool(2);
+    const std::vector<TraceReader> traces = open_traces(work_ / "traces");
+    train_predictors(traces, packed, train, pool);
+  }
+  const auto resident = generate(dir, nullptr, nullptr, 96);
+  const int64_t slot = slot_bytes(packed);
+  const int64_t five_percent = std::max(slot, expert_bytes(dir) * 5 / 100);
+  for (const int64_t budget : {slot, five_percent, 2 * slot}) {
+    for (const PrefetchMode mode : {PrefetchMode::kNone, PrefetchMode::kLru, PrefetchMode::kPredict}) {
+      for (const EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kLruFrequency}) {
+        StreamerOptions options;
+        options.budget_bytes = budget;
+        options.mode = mode;
+        options.policy = policy;
+        StreamerStats stats;
+        EXPECT_EQ(generate(packed, &options, &stats, 96), resident)
+            << "budget " << budget << " prefetch " << int(mode) << " eviction " << int(policy);
+        EXPECT_LE(stats.cache.peak_bytes, budget);
+        EXPECT_EQ(stats.fallbacks, 0);
+        if (mode != PrefetchMode::kNone) {
+          EXPECT_GT(stats.predicted, 0);
+        }
+      }
+    }
+  }
+}
+
+// With the fallback, a corrupt expert must not be skipped as if it were only missing: a
+// checksum failure is an error in every miss mode.
+TEST_F(StreamingErrors, FlippedByteIsAnErrorInFallbackModeToo) {
+  const fs::path packed = pack(fixture("qwen2_moe-f32"));
+  const PackManifest manifest = PackManifest::load(packed);
+  for (const auto& [key, expert] : manifest.experts) {  // every expert is corrupt
+    std::fstream f(packed / manifest.clusters[size_t(expert.cluster)].file,
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(expert.up.offset + 3);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = char(byte ^ 0x40);
+    f.seekp(expert.up.offset + 3);
+    f.write(&byte, 1);
+  }
+  StreamerOptions options;
+  options.budget_bytes = slot_bytes(packed) * 4;
+  options.on_miss = OnMiss::kFallback;
+  try {
+    generate(packed, &options, nullptr, 48);
+    FAIL() << "the corrupt experts were silently replaced by the fallback";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
