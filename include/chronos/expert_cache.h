@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "chronos/backend.h"
+#include "chronos/error.h"
 #include "chronos/expert_key.h"
 
 namespace chronos {
@@ -31,6 +32,12 @@ namespace chronos {
 // evicted and comes back keeps its history. begin_load raises a key's score to at least one
 // request made now, so a prefetched expert is not the first thing the next load evicts. On
 // skewed (Zipf-like) reuse it keeps the hot experts that LRU lets a burst of cold ones flush.
+// A budget that cannot hold one expert: the caller knows which flag or setting gave it.
+class BudgetTooSmall : public Error {
+ public:
+  using Error::Error;
+};
+
 enum class EvictionPolicy { kLru, kLruFrequency };
 enum class SlotState { kEmpty, kLoading, kReady };
 
@@ -59,8 +66,8 @@ class ExpertCache {
   };
 
   // Slots = budget / slot_bytes, each a device-tier buffer from backend.alloc_device(slot_bytes)
-  // and an Event from backend.create_event(), all allocated here, once. Throws Error when the
-  // budget is smaller than one slot.
+  // and an Event from backend.create_event(), all allocated here, once. Throws BudgetTooSmall
+  // when the budget is smaller than one slot.
   ExpertCache(Backend& backend, const Options& options);
   ~ExpertCache();
   ExpertCache(const ExpertCache&) = delete;

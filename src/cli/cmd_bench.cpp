@@ -187,6 +187,7 @@ int run_bench(const BenchArgs& args) {
     for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
     resident_budget = slot * std::ssize(manifest.experts);
   }
+  warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
   const bool on_cuda = args.device != "cpu";
   if (!args.pinned_budget.empty() && !on_cuda) throw UsageError("--pinned-budget needs --device cuda");
@@ -209,7 +210,13 @@ int run_bench(const BenchArgs& args) {
     so.mode = cfg.resident ? PrefetchMode::kNone : parse_prefetch_mode(cfg.prefetch);
     // The resident run gets room for every extent (slots are the largest extent each).
     if (cfg.resident) so.budget_bytes = resident_budget;
-    ExpertStreamer streamer(*model, dir, *backend, so);
+    std::unique_ptr<ExpertStreamer> streamer_owner;
+    try {
+      streamer_owner = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
+    } catch (const BudgetTooSmall& e) {
+      throw_error("--expert-cache {}: {}", cfg.cache, e.what());
+    }
+    ExpertStreamer& streamer = *streamer_owner;
     if (cfg.resident) preload_all(streamer);
     model->set_expert_provider(&streamer);
     // After the provider: the CUDA runner hands it its compute stream.

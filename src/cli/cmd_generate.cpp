@@ -159,6 +159,7 @@ int run_generate(const GenerateArgs& args) {
   const int64_t n_ctx = args.ctx_size > 0 ? args.ctx_size : std::min<int64_t>(cfg.n_ctx_train, 4096);
   if (n_ctx > cfg.n_ctx_train)
     throw UsageError(fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
+  warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
   // The CPU backend is only needed for a pack folder; a CUDA device always.
   const bool on_cuda = args.device != "cpu";
@@ -177,7 +178,11 @@ int run_generate(const GenerateArgs& args) {
     if (!args.pinned_budget.empty())
       so.prefetch.staging_bytes = parse_budget(args.pinned_budget, model->sizes().expert_bytes, "--pinned-budget");
     so.mode = parse_prefetch_mode(args.prefetch);
-    streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
+    try {
+      streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
+    } catch (const BudgetTooSmall& e) {
+      throw_error("--expert-cache {}: {}", args.expert_cache, e.what());
+    }
     model->set_expert_provider(streamer.get());
     options.on_step = [&](int64_t pos) {
       if (pos == 0) streamer->begin_request();

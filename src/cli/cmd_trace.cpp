@@ -48,6 +48,7 @@ int run_trace(const TraceArgs& args) {
   validate_sampling(options.sampling);
   options.prompts_per_file = args.per_file;
   options.n_ctx = std::min(args.ctx_size, model->config().n_ctx_train);
+  warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
 
   const bool tty = isatty(fileno(stderr));

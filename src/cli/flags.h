@@ -4,10 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstdint>
 #include <string>
+
+#include "chronos/thread_pool.h"
 
 namespace chronos::cli {
 
@@ -47,6 +50,15 @@ inline CLI::Validator decimal_u64() {
         return {};
       },
       "UINT64");
+}
+
+// More threads than CPUs only slows the run down (each parallel op waits for the slowest
+// thread): said once on stderr, not refused.
+inline void warn_if_oversubscribed(int threads) {
+  const int cpus = available_cpus();
+  if (threads > cpus)
+    spdlog::warn("--threads {} is more than the {} CPUs available to this process; expect it to run slower",
+                 threads, cpus);
 }
 
 // Limits shared by the subcommands.

@@ -117,6 +117,7 @@ TEST_F(CliStorage, BadInputIsOneLine) {
   r = run_chronos({"generate", "-m", pack.string(), "-p", "hi", "--expert-cache", "0.001%"}, work_);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("smaller than one expert"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--expert-cache 0.001%"), std::string::npos) << r.err;
   r = run_chronos({"generate", "-m", pack.string(), "-p", "hi", "--expert-cache", "lots"}, work_);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--expert-cache"), std::string::npos) << r.err;
