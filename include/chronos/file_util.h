@@ -43,6 +43,10 @@ class AtomicFile {
   bool direct_ = false;
 };
 
+// Creates a new, empty folder beside `target` with a unique name (".NAME.XXXXXX"), for a result
+// that is renamed to `target` once complete; an existing folder is never reused or removed.
+std::filesystem::path make_temp_dir_beside(const std::filesystem::path& target);
+
 // AtomicFile(path).write(text).commit() in one call.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "chronos/file_util.h"
+
 namespace chronos {
 
 inline constexpr uint32_t kTraceVersion = 1;
@@ -55,12 +57,12 @@ class TraceWriter {
 
  private:
   void write(const void* data, size_t size);
-  [[noreturn]] void fail_io(const char* what);
+  void flush();
 
   std::filesystem::path path_;
-  std::filesystem::path temp_path_;
   TraceHeader header_;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<AtomicFile> file_;  // null after finish()
+  std::string pending_;               // bytes not yet handed to file_
   struct HashState;
   std::unique_ptr<HashState> hash_;
   int64_t n_sequences_ = 0;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "chronos/error.h"
@@ -96,6 +97,17 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) fail("cannot close", errno);
   if (::rename(temp_.c_str(), target_.c_str()) != 0) fail("cannot rename the finished file into place", errno);
   temp_.clear();
+}
+
+std::filesystem::path make_temp_dir_beside(const std::filesystem::path& target) {
+  const std::filesystem::path parent =
+      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  std::string pattern = (parent / fmt::format(".{}.XXXXXX", target.filename().string())).string();
+  if (::mkdtemp(pattern.data()) == nullptr)
+    throw_error("{}: cannot create a temporary folder in {}: {}", target.string(), parent.string(),
+                std::strerror(errno));
+  ::chmod(pattern.c_str(), 0755);  // mkdtemp's 0700 would carry over to the result
+  return pattern;
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view text) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "chronos/error.h"
+#include "chronos/file_util.h"
 #include "chronos/io_ring.h"
 #include "chronos/pack_format.h"
 #include "chronos/trace.h"
@@ -77,9 +78,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   summary.modularity = plan.modularity;
   summary.intra_cluster_weight_share = plan.intra_cluster_weight_share;
 
-  const fs::path tmp = out_dir.string() + ".tmp";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const fs::path tmp = make_temp_dir_beside(out_dir);
   struct RemoveOnFailure {
     const fs::path& dir;
     bool done = false;
@@ -145,7 +144,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
                           {"traced_tokens", summary.traced_tokens},
                           {"method", method_name(options.method)},
                           {"seed", options.seed}};
-  std::ofstream(tmp / "pack_stats.json") << stats.dump(2) << "\n";
+  write_file_atomically(tmp / "pack_stats.json", stats.dump(2) + "\n");
 
   fs::rename(tmp, out_dir);
   guard.done = true;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "chronos/error.h"
+#include "chronos/file_util.h"
 #include "chronos/model.h"
 #include "chronos/safetensors.h"
 #include "model/arch/arch.h"
@@ -155,10 +156,7 @@ WidenResult widen_model(const fs::path& model_dir, const fs::path& out_dir, cons
   }
   result.n_shards = int64_t(shards.size());
 
-  TempDir temp(parent / fmt::format(".{}.tmp-{}", out_dir.filename().string(), ::getpid()));
-  fs::remove_all(temp.path(), ec);
-  fs::create_directory(temp.path(), ec);
-  if (ec) throw_error("{}: cannot create: {}", temp.path().string(), ec.message());
+  TempDir temp(make_temp_dir_beside(out_dir));
 
   int64_t done = 0;
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();

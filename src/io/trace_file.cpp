@@ -97,11 +97,10 @@ struct TraceWriter::HashState {
 };
 
 TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& header)
-    : path_(path), temp_path_(path.string() + ".tmp"), header_(header), hash_(std::make_unique<HashState>()) {
+    : path_(path), header_(header), hash_(std::make_unique<HashState>()) {
   if (const std::string problem = header_problem(header); !problem.empty())
     throw_error("{}: cannot write a trace with {}", path.string(), problem);
-  file_ = std::fopen(temp_path_.c_str(), "wb");
-  if (file_ == nullptr) throw_error("{}: cannot create: {}", temp_path_.string(), std::strerror(errno));
+  file_ = std::make_unique<AtomicFile>(path);
   std::string bytes;
   put(bytes, kMagic, sizeof(kMagic));
   put_value<uint32_t>(bytes, kTraceVersion);
@@ -115,28 +114,25 @@ TraceWriter::TraceWriter(const std::filesystem::path& path, const TraceHeader& h
   write(bytes.data(), bytes.size());
 }
 
-TraceWriter::~TraceWriter() {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    std::error_code ignored;
-    std::filesystem::remove(temp_path_, ignored);
-  }
-}
-
-void TraceWriter::fail_io(const char* what) {
-  const int saved = errno;
-  std::fclose(file_);
-  file_ = nullptr;
-  std::error_code ignored;
-  std::filesystem::remove(temp_path_, ignored);
-  throw_error("{}: {}: {}", temp_path_.string(), what, std::strerror(saved));
-}
+// The AtomicFile removes its temporary when destroyed without commit().
+TraceWriter::~TraceWriter() = default;
 
 void TraceWriter::write(const void* data, size_t size) {
   CHRONOS_CHECK_MSG(file_ != nullptr, "{}: write after finish()", path_.string());
   if (size == 0) return;
-  if (std::fwrite(data, 1, size, file_) != size) fail_io("write failed");
+  pending_.append(static_cast<const char*>(data), size);
   XXH64_update(hash_->state, data, size);
+  if (pending_.size() >= (size_t(1) << 20)) flush();
+}
+
+void TraceWriter::flush() {
+  try {
+    file_->write(pending_);
+  } catch (...) {
+    file_.reset();
+    throw;
+  }
+  pending_.clear();
 }
 
 void TraceWriter::add(const TraceSequence& sequence) {
@@ -186,21 +182,10 @@ void TraceWriter::finish() {
   put_value<uint64_t>(bytes, uint64_t(n_tokens_));
   write(bytes.data(), bytes.size());
   const uint64_t checksum = XXH64_digest(hash_->state);  // of every byte before the checksum itself
-  if (std::fwrite(&checksum, 1, sizeof(checksum), file_) != sizeof(checksum)) fail_io("write failed");
-  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) fail_io("cannot flush");
-  const int closed = std::fclose(file_);
-  file_ = nullptr;
-  std::error_code ec;
-  if (closed != 0) {
-    std::filesystem::remove(temp_path_, ec);
-    throw_error("{}: cannot close: {}", temp_path_.string(), std::strerror(errno));
-  }
-  std::filesystem::rename(temp_path_, path_, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(temp_path_, ignored);
-    throw_error("{}: cannot rename {} into place: {}", path_.string(), temp_path_.string(), ec.message());
-  }
+  pending_.append(reinterpret_cast<const char*>(&checksum), sizeof(checksum));
+  flush();
+  const std::unique_ptr<AtomicFile> file = std::move(file_);
+  file->commit();
 }
 
 // ---- reader ----

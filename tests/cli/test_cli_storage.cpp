@@ -45,11 +45,16 @@ TEST_F(CliStorage, TracePackGenerateBench) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("2 files already present"), std::string::npos) << r.err;
 
+  // A folder of the user's that happens to be named PACK.tmp is not the packer's to remove.
+  fs::create_directories(pack.string() + ".tmp");
+  std::ofstream(pack.string() + ".tmp/keep.txt") << "mine";
   r = run_chronos({"pack", "-m", kModel.string(), "--traces", traces.string(), "-o", pack.string()}, work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* f : {"dense.safetensors", "cluster_manifest.json", "config.json", "tokenizer.json"})
     EXPECT_TRUE(fs::exists(pack / f)) << f;
-  EXPECT_FALSE(fs::exists(pack.string() + ".tmp"));
+  EXPECT_EQ(testing::slurp(pack.string() + ".tmp/keep.txt"), "mine");
+  for (const auto& entry : fs::directory_iterator(work_))  // no temporary folder left behind
+    EXPECT_NE(entry.path().filename().string().rfind(".pack.", 0), 0u) << entry.path();
 
   const std::string prompt = "The river keeps its own time, and the";
   const RunResult from_checkpoint = run_chronos({"generate", "-m", kModel.string(), "-p", prompt, "-n", "24", "--ignore-eos"}, work_);

@@ -89,7 +89,7 @@ class TraceFileTest : public test::ScratchDir {
 
 TEST_F(TraceFileTest, RoundTrip) {
   const fs::path path = write_trace();
-  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
   const TraceReader reader = TraceReader::open(path);
   const TraceHeader expected = small_header();
   EXPECT_EQ(reader.header().fingerprint, expected.fingerprint);
@@ -173,10 +173,10 @@ TEST_F(TraceFileTest, WriterWithoutFinishLeavesNothing) {
   {
     TraceWriter writer(path, small_header());
     writer.add(make_sequences(small_header())[0]);
-    EXPECT_TRUE(fs::exists(path.string() + ".tmp"));
+    EXPECT_EQ(test::count_temporaries(dir_), 1);
   }
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+  EXPECT_EQ(test::count_temporaries(dir_), 0);
 }
 
 TEST_F(TraceFileTest, WriterRejectsTokensThatDoNotFitTheHeader) {
