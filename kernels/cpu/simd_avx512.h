@@ -7,7 +7,9 @@
 // -Wuninitialized flags once inlined (GCC bug 105593). The pragma must precede the header,
 // so this file is included first by the *_avx512.cpp files.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // clang has no -Wmaybe-uninitialized
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

@@ -154,9 +154,9 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
     if (expert.bytes < expert.payload_bytes() || expert.bytes - expert.payload_bytes() >= kCtsrAlignment)
       throw_error("{}: extent of {} bytes does not hold its {} tensor bytes padded to {}", who, expert.bytes,
                   expert.payload_bytes(), kCtsrAlignment);
-    if (expert.offset + expert.bytes > cluster.bytes)
-      throw_error("{}: extent [{}, {}) runs past the end of the {}-byte file", who, expert.offset,
-                  expert.offset + expert.bytes, cluster.bytes);
+    if (expert.offset < 0 || expert.offset > cluster.bytes - expert.bytes)  // no overflow: both in [0, 2^63)
+      throw_error("{}: extent [{}, +{}) runs past the end of the {}-byte file", who, expert.offset, expert.bytes,
+                  cluster.bytes);
     int64_t next = expert.offset;  // gate, up, down are back to back from the extent's start
     for (const auto& [projection, packed] :
          {std::pair{"gate", &expert.gate}, std::pair{"up", &expert.up}, std::pair{"down", &expert.down}}) {

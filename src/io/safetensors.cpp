@@ -105,8 +105,11 @@ nlohmann::json parse_header(const std::filesystem::path& path, std::string_view 
 }  // namespace
 
 int64_t TensorInfo::n_elements() const {
+  // A zero anywhere makes the count 0 even when the other dimensions' product would overflow
+  // (open() accepts [2^62, 2, 0]: it holds no bytes).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t count = 1;
-  for (int64_t dim : shape) count *= dim;
+  for (int64_t dim : shape) CHRONOS_CHECK(!__builtin_mul_overflow(count, dim, &count));
   return count;
 }
 

@@ -329,6 +329,10 @@ TEST_F(CtsrTest, ManifestThatDisagreesWithTheFileIsRejected) {
       {"expert out of range",
        [](nlohmann::json& j) { j["model"]["num_experts"] = 4; },
        {"cluster_manifest.json", "expert 7 out of range"}},
+      // Found by the manifest fuzz target: offset + bytes overflowed in the end-of-file check.
+      {"extent end beyond int64",
+       [](nlohmann::json& j) { j["experts"]["0.7"]["offset"] = INT64_MAX - 4095; },
+       {"cluster_001.ctsr", "layer 0 expert 7", "runs past the end"}},
   };
   write_pack();
   const nlohmann::json original = read_manifest_json();

@@ -336,5 +336,18 @@ TEST_F(SafetensorsTest, OverwriteReplacesExistingFile) {
   EXPECT_EQ(file->tensors()[0].name, "v");
 }
 
+
+// Found by the safetensors fuzz target: a tensor with a zero dimension holds no bytes whatever its
+// other dimensions, and counting its elements must not overflow on them.
+TEST_F(SafetensorsTest, ZeroDimensionBesideHugeOnesCountsNoElements) {
+  const std::string header = R"({"w":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})";
+  write_bytes(dir_ / "zero.safetensors", safetensors_bytes(header, 0));
+  const auto file = SafetensorsFile::open(dir_ / "zero.safetensors");
+  const TensorInfo* w = file->find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->n_elements(), 0);
+  EXPECT_EQ(w->n_bytes, 0);
+}
+
 }  // namespace
 }  // namespace chronos
