@@ -140,5 +140,40 @@ TEST_F(CliStorage, BadInputIsOneLine) {
   for (const RunResult* x : {&r}) EXPECT_EQ(x->err_lines().size(), 1u) << x->err;
 }
 
+// The predict pipeline as a user runs it: traces, a pack clustered on them, predictors trained on
+// them into the pack, then generation that prefetches by prediction at a quarter of the experts.
+// Wait mode is exact: the text is the resident model's.
+TEST_F(CliStorage, TracePackTrainPredictorsGenerateWithPredictMatchesTheResidentRun) {
+  const auto traces = work_ / "traces", pack = work_ / "pack";
+  RunResult r = run_chronos(
+      {"trace", "-m", kModel.string(), "--prompts", prompts_.string(), "-n", "16", "-o", traces.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"pack", "-m", kModel.string(), "--traces", traces.string(), "-o", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"train-predictors", "--traces", traces.string(), "-o", pack.string(), "--epochs", "2", "--rank",
+                   "16", "--intent-hidden", "16", "--intent-epochs", "4", "-t", "1"},
+                  work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(pack / "predictors.safetensors"));
+  EXPECT_TRUE(fs::exists(pack / "predictors.json"));
+
+  const std::string prompt = "The river keeps its own time, and the";
+  const RunResult resident =
+      run_chronos({"generate", "-m", kModel.string(), "-p", prompt, "-n", "32", "--ignore-eos"}, work_);
+  ASSERT_EQ(resident.exit_code, 0) << resident.err;
+  const auto stats = work_ / "stats.json";
+  const RunResult predicted =
+      run_chronos({"generate", "-m", pack.string(), "-p", prompt, "-n", "32", "--ignore-eos", "--prefetch", "predict",
+                   "--expert-cache", "25%", "--stats-json", stats.string()},
+                  work_);
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
+  EXPECT_FALSE(resident.out.empty());
+  EXPECT_EQ(predicted.out, resident.out);
+  const auto experts = nlohmann::json::parse(testing::slurp(stats))["experts"];
+  EXPECT_LE(experts["peak_cache_bytes"].get<int64_t>(), experts["budget_bytes"].get<int64_t>());
+  EXPECT_GT(experts["misses"].get<int64_t>(), 0) << "a quarter of the experts cannot hold the generation";
+  EXPECT_EQ(experts["fallbacks"].get<int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace chronos

@@ -581,10 +581,11 @@ TEST_P(WaitModeStress, ManyShortGenerationsFinishInTimeAndMatchTheResidentModel)
         worker.detach();
         const StreamerStats stats = session->streamer().stats();
         ADD_FAILURE() << "generation " << g << " (prefetch " << int(mode) << ", eviction " << int(policy) << ", "
-                      << session->streamer().n_slots() << " slots) did not finish within " << deadline.count()
-                      << " s: a lost wake-up or a slot that never becomes ready. Streamer at step "
-                      << session->streamer().step() << ", " << stats.lookups << " lookups, " << stats.waits
-                      << " waits, " << stats.prefetch.reads << " reads; the worker is left detached";
+                      << session->streamer().n_slots() << " slots) did not finish within "
+                      << std::chrono::duration<double>(deadline).count()
+                      << " s: a lost wake-up or a slot that never becomes ready. The streamer so far: " << stats.lookups
+                      << " lookups, " << stats.waits << " waits, " << stats.prefetch.reads
+                      << " reads; the worker is left detached";
         return;
       }
       worker.join();
