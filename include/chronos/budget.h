@@ -6,7 +6,8 @@
 
 namespace chronos {
 
-// Throws UsageError naming `flag` for anything that is not a positive size or a percentage in (0, 100].
-int64_t parse_budget(std::string_view text, int64_t total_bytes, std::string_view flag);
+// Throws UsageError for anything that is not a positive size or a percentage in (0, 100]; the
+// caller names the flag or setting the text came from.
+int64_t parse_budget(std::string_view text, int64_t total_bytes);
 
 }  // namespace chronos

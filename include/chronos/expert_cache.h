@@ -32,10 +32,16 @@ namespace chronos {
 // evicted and comes back keeps its history. begin_load raises a key's score to at least one
 // request made now, so a prefetched expert is not the first thing the next load evicts. On
 // skewed (Zipf-like) reuse it keeps the hot experts that LRU lets a burst of cold ones flush.
-// A budget that cannot hold one expert: the caller knows which flag or setting gave it.
+// A budget that cannot hold one expert slot: the expert cache's, or the page-locked staging
+// memory's. The caller knows which flag or setting gave it and says so.
 class BudgetTooSmall : public Error {
  public:
-  using Error::Error;
+  enum class Budget { kExpertCache, kStaging };
+  BudgetTooSmall(Budget budget, const std::string& message) : Error(message), budget_(budget) {}
+  Budget budget() const { return budget_; }
+
+ private:
+  Budget budget_;
 };
 
 enum class EvictionPolicy { kLru, kLruFrequency };

@@ -26,7 +26,6 @@ enum class OnMiss { kWait, kFallback };
 //   LookaheadRouter's horizon-0 (later layers of this token) and t+1..t+K predictions, each
 //   protected from eviction until the step it is for. Needs predictors.safetensors in the pack.
 enum class PrefetchMode { kNone, kLru, kPredict };
-PrefetchMode parse_prefetch_mode(const std::string& text);  // UsageError naming --prefetch
 
 // The pack in `dir` must have been made with the config.json beside it and hold exactly the routed
 // experts it describes (layers, count, shapes); Error naming the file otherwise.

@@ -18,14 +18,16 @@ namespace chronos {
 class Tokenizer;
 class ThreadPool;
 
+class ExpertStreamer;
+
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
   SamplingParams sampling;
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   std::vector<int32_t> eos_ids;           // any of these ends generation (not emitted)
   bool ignore_eos = false;
-  // Called before every forward step with the position of its first token (expert streaming
-  // uses it to expire protections and cancel stale prefetches).
+  // Called before every forward step with the position of its first token (after the streamer's
+  // own step, when one is attached).
   std::function<void(int64_t pos)> on_step;
 };
 
@@ -56,6 +58,11 @@ class Generator {
   Generator(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<ModelRunner> runner);
   ~Generator();
 
+  // A pack folder's experts: the generator begins a request on `streamer` before the prompt and a
+  // step before every forward (protections expire, stale prefetches are cancelled, the intent set
+  // is taken from the prompt). The streamer must outlive the generator; nullptr detaches it.
+  void stream_experts_with(ExpertStreamer* streamer) { streamer_ = streamer; }
+
   // Runs one request from an empty cache. Throws Error when the prompt does not fit the context.
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextFn& on_text);
 
@@ -64,11 +71,14 @@ class Generator {
   const ModelRunner& runner() const { return *runner_; }
 
  private:
+  // Before every forward: the streamer's step, then options.on_step.
+  void step(const GenerateOptions& options, int64_t pos);
   // One forward step into logits_; non-finite logits are an Error.
   void forward(std::span<const int32_t> tokens, int64_t pos);
   const Model& model_;
   const Tokenizer& tokenizer_;
   std::unique_ptr<ModelRunner> runner_;
+  ExpertStreamer* streamer_ = nullptr;
   int64_t n_ctx_;
   std::vector<float> logits_;
 };

@@ -66,6 +66,9 @@ struct PackManifest {
   // offsets/shapes/dtypes, extents 4096-aligned, no overlaps). Throws Error naming file/layer/expert.
   // Checksums are not verified here (that reads every byte): see verify_expert_bytes.
   static PackManifest load(const std::filesystem::path& dir);
+  // The JSON alone, every field checked for kind and consistency, the .ctsr files not opened
+  // (what the model loader needs: the expert dtype and counts).
+  static PackManifest parse(const std::filesystem::path& dir);
   // Writes the JSON atomically (tmp + rename).
   void save(const std::filesystem::path& path) const;
 };

@@ -21,6 +21,7 @@
 #include "chronos/trace.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/streaming_flags.h"
 
 namespace chronos::cli {
 namespace {
@@ -31,27 +32,17 @@ struct BenchArgs {
   std::string model, prompts, json, svg;
   int64_t n_predict = 32;
   int64_t limit = 8;
-  std::string caches = "100%";
-  std::string on_miss = "wait";
-  std::string prefetch = "none";
-  std::string latencies = "0";
-  std::string evictions = "lru-freq";
+  StreamingFlags streaming;  // lists: every combination is one configuration
   int threads = 0;
   int64_t ctx_size = 1024;
   bool no_baseline = false;
-  bool force_pread = false;
-  std::string device = "cpu";
-  std::string pinned_budget;
 };
 
 struct Config {
   std::string label;
-  std::string cache;  // budget text
-  OnMiss on_miss = OnMiss::kWait;
-  std::string prefetch = "none";
-  double latency_ms = 0;
+  StreamingFlags flags;  // one value each
+  StreamerOptions options;
   bool resident = false;
-  EvictionPolicy eviction = EvictionPolicy::kLruFrequency;
 };
 
 struct Result {
@@ -66,20 +57,6 @@ struct Result {
   double kl_sum = 0;
   bool identical = true;            // free-running tokens equal the exact run's
 };
-
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');)
-    if (!part.empty()) parts.push_back(part);
-  return parts;
-}
-
-EvictionPolicy parse_eviction(const std::string& text) {
-  if (text == "lru") return EvictionPolicy::kLru;
-  if (text == "lru-freq") return EvictionPolicy::kLruFrequency;
-  throw UsageError(fmt::format("--eviction: '{}' is not lru or lru-freq", text));
-}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -129,13 +106,28 @@ void preload_all(ExpertStreamer& streamer) {
 int run_bench(const BenchArgs& args) {
   if (args.n_predict < 1) throw UsageError("-n must be >= 1");
   if (args.limit < 1) throw UsageError("--limit must be >= 1");
-  for (const auto& [flag, list] : {std::pair<const char*, const std::string&>{"--expert-cache", args.caches},
-                                   {"--on-miss", args.on_miss}, {"--prefetch", args.prefetch},
-                                   {"--io-latency-ms", args.latencies}, {"--eviction", args.evictions}})
-    if (split(list).empty()) throw UsageError(fmt::format("{}: no value given ('{}')", flag, list));
-  for (std::string latency : split(args.latencies))
-    if (const std::string why = finite_in(0.0, kMaxIoLatencyMs)(latency); !why.empty())
-      throw UsageError(fmt::format("--io-latency-ms: {}", why));
+  // Every combination of the lists, each checked before the model is loaded.
+  const StreamingFlags& lists = args.streaming;
+  const auto caches = split_list(lists.expert_cache, "--expert-cache");
+  const auto misses = split_list(lists.on_miss, "--on-miss");
+  const auto prefetches = split_list(lists.prefetch, "--prefetch");
+  const auto latencies = split_list(lists.io_latency_ms, "--io-latency-ms");
+  const auto evictions = split_list(lists.eviction, "--eviction");
+  std::vector<StreamingFlags> combinations;
+  for (const auto& cache : caches)
+    for (const auto& miss : misses)
+      for (const auto& prefetch : prefetches)
+        for (const auto& latency : latencies)
+          for (const auto& eviction : evictions) {
+            StreamingFlags one = lists;
+            one.expert_cache = cache;
+            one.on_miss = miss;
+            one.prefetch = prefetch;
+            one.io_latency_ms = latency;
+            one.eviction = eviction;
+            streamer_options(one, int64_t(1) << 40);
+            combinations.push_back(one);
+          }
   const auto dir = resolve_model_dir(args.model);
   const auto prompts_all = read_prompts_jsonl(args.prompts);
   auto model = Model::load(dir);
@@ -158,26 +150,20 @@ int run_bench(const BenchArgs& args) {
   }
 
   std::vector<Config> configs;
-  if (!args.no_baseline) configs.push_back({"all-resident", "100%", OnMiss::kWait, "none", 0, true});
-  for (const auto& cache : split(args.caches)) {
-    parse_budget(cache, model->sizes().expert_bytes, "--expert-cache");
-    for (const auto& miss : split(args.on_miss)) {
-      if (miss != "wait" && miss != "fallback") throw UsageError(fmt::format("--on-miss: '{}' is not wait or fallback", miss));
-      for (const auto& prefetch : split(args.prefetch)) {
-        parse_prefetch_mode(prefetch);
-        for (const auto& latency : split(args.latencies)) {
-          for (const auto& eviction : split(args.evictions)) {
-            Config cfg{"", cache, miss == "wait" ? OnMiss::kWait : OnMiss::kFallback, prefetch, 0.0, false,
-                       parse_eviction(eviction)};
-            cfg.latency_ms = std::stod(latency);  // checked above
-            cfg.label = fmt::format("cache {} {} prefetch {}{}{}", cache, miss, prefetch,
-                                    cfg.latency_ms > 0 ? fmt::format(" +{}ms", latency) : "",
-                                    split(args.evictions).size() > 1 ? " " + eviction : "");
-            configs.push_back(cfg);
-          }
-        }
-      }
-    }
+  const int64_t expert_bytes = model->sizes().expert_bytes;
+  if (!args.no_baseline) {
+    Config resident{"all-resident", StreamingFlags{}, {}, true};  // 100%, wait, none, no latency
+    resident.flags.pread = lists.pread;
+    resident.flags.device = lists.device;
+    resident.options.prefetch.force_pread = lists.pread;
+    configs.push_back(resident);
+  }
+  for (const StreamingFlags& one : combinations) {
+    Config cfg{"", one, streamer_options(one, expert_bytes), false};
+    cfg.label = fmt::format("cache {} {} prefetch {}{}{}", one.expert_cache, one.on_miss, one.prefetch,
+                            cfg.options.prefetch.io_latency_ms > 0 ? fmt::format(" +{}ms", one.io_latency_ms) : "",
+                            evictions.size() > 1 ? " " + one.eviction : "");
+    configs.push_back(cfg);
   }
 
   int64_t resident_budget = 0;
@@ -189,8 +175,8 @@ int run_bench(const BenchArgs& args) {
   }
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
-  const bool on_cuda = args.device != "cpu";
-  if (!args.pinned_budget.empty() && !on_cuda) throw UsageError("--pinned-budget needs --device cuda");
+  const bool on_cuda = lists.device != "cpu";
+  if (!lists.pinned_budget.empty() && !on_cuda) throw UsageError("--pinned-budget needs --device cuda");
   std::vector<float> logits(size_t(c.n_vocab));
   std::vector<std::vector<int32_t>> exact_tokens(prompts.size());
   std::vector<std::vector<float>> exact_logits(prompts.size());  // [n_predict * n_vocab] per prompt
@@ -198,24 +184,12 @@ int run_bench(const BenchArgs& args) {
   std::vector<Result> results;
 
   for (const Config& cfg : configs) {
-    auto backend = make_backend(args.device);
-    StreamerOptions so;
-    if (!args.pinned_budget.empty())
-      so.prefetch.staging_bytes = parse_budget(args.pinned_budget, model->sizes().expert_bytes, "--pinned-budget");
-    so.budget_bytes = parse_budget(cfg.cache, model->sizes().expert_bytes, "--expert-cache");
-    so.on_miss = cfg.on_miss;
-    so.prefetch.io_latency_ms = cfg.latency_ms;
-    so.prefetch.force_pread = args.force_pread;
-    so.policy = cfg.eviction;
-    so.mode = cfg.resident ? PrefetchMode::kNone : parse_prefetch_mode(cfg.prefetch);
+    auto backend = make_backend(lists.device);
+    StreamerOptions so = cfg.options;
     // The resident run gets room for every extent (slots are the largest extent each).
     if (cfg.resident) so.budget_bytes = resident_budget;
-    std::unique_ptr<ExpertStreamer> streamer_owner;
-    try {
-      streamer_owner = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
-    } catch (const BudgetTooSmall& e) {
-      throw_error("--expert-cache {}: {}", cfg.cache, e.what());
-    }
+    if (!lists.pinned_budget.empty()) so.prefetch.staging_bytes = parse_pinned_budget(lists.pinned_budget, expert_bytes);
+    const auto streamer_owner = make_streamer(*model, dir, *backend, so, cfg.flags.expert_cache, lists.pinned_budget);
     ExpertStreamer& streamer = *streamer_owner;
     if (cfg.resident) preload_all(streamer);
     model->set_expert_provider(&streamer);
@@ -226,7 +200,7 @@ int run_bench(const BenchArgs& args) {
     r.budget_bytes = cfg.resident ? streamer.n_slots() * streamer.cache().slot_bytes() : so.budget_bytes;
     const StreamerStats before = streamer.stats();
     const double copies_before = backend->copy_seconds();
-    const bool teacher_forced = cfg.on_miss == OnMiss::kFallback && !exact_tokens[0].empty();
+    const bool teacher_forced = cfg.options.on_miss == OnMiss::kFallback && !exact_tokens[0].empty();
     for (size_t p = 0; p < prompts.size(); ++p) {
       const auto& ids = prompts[p];
       const bool record_exact = cfg.resident && need_exact;
@@ -277,7 +251,7 @@ int run_bench(const BenchArgs& args) {
 
   // Table on stderr.
   fmt::print(stderr, "\nchronos bench: {} ({} prompts x {} tokens, {} threads, io {}, device {})\n", dir.string(),
-             prompts.size(), args.n_predict, pool.size(), args.force_pread ? "pread" : "io_uring", args.device);
+             prompts.size(), args.n_predict, pool.size(), lists.pread ? "pread" : "io_uring", lists.device);
   fmt::print(stderr, "{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9}\n", "configuration",
              "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "fallbk%", "read MiB", "read GB/s", "agree%",
              "mean KL");
@@ -292,7 +266,7 @@ int run_bench(const BenchArgs& args) {
     // The all-resident row is the reference itself: it agrees with itself by definition.
     const bool compared = r.compared > 0 || r.config.resident;
     const double agree = r.compared > 0 ? 100.0 * double(r.agree) / double(r.compared) : compared ? 100.0 : 0.0;
-    const bool fallback = r.config.on_miss == OnMiss::kFallback;
+    const bool fallback = r.config.options.on_miss == OnMiss::kFallback;
     const bool has_kl = fallback && r.compared > 0;
     const double mean_kl = has_kl ? r.kl_sum / double(r.compared) : 0.0;
     fmt::print(stderr, "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7} {:>9}\n",
@@ -304,10 +278,10 @@ int run_bench(const BenchArgs& args) {
     labels.push_back(r.config.label);
     tps.values.push_back(decode_tps);
     stall.values.push_back(r.stats.stall_seconds);
-    out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.cache},
+    out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.flags.expert_cache},
                    {"budget_bytes", r.budget_bytes}, {"on_miss", fallback ? "fallback" : "wait"},
-                   {"prefetch", r.config.prefetch}, {"io_latency_ms", r.config.latency_ms},
-                   {"eviction", r.config.eviction == EvictionPolicy::kLru ? "lru" : "lru-freq"},
+                   {"prefetch", r.config.flags.prefetch}, {"io_latency_ms", r.config.options.prefetch.io_latency_ms},
+                   {"eviction", r.config.flags.eviction},
                    {"all_resident", r.config.resident}, {"decode_tokens_per_second", decode_tps},
                    {"decode_seconds", r.decode_seconds}, {"decode_steps", r.decode_steps},
                    {"time_to_first_token_seconds", r.ttft_seconds / double(prompts.size())},
@@ -320,7 +294,7 @@ int run_bench(const BenchArgs& args) {
                    {"cache_protected_skips", r.stats.cache.protected_skips},
                    {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
                    {"greedy_agreement", compared ? nlohmann::json(agree / 100.0) : nlohmann::json(nullptr)},
-                   {"mean_kl", has_kl ? nlohmann::json(mean_kl) : nlohmann::json(nullptr)}, {"device", args.device},
+                   {"mean_kl", has_kl ? nlohmann::json(mean_kl) : nlohmann::json(nullptr)}, {"device", lists.device},
                    {"device_waits", r.stats.device_waits}, {"copies", r.stats.prefetch.copies},
                    {"copy_seconds", r.copy_seconds},
                    {"tokens_identical_to_exact",
@@ -345,11 +319,7 @@ Command register_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(count_in<int64_t>(1, kMaxNewTokens));
   sub->add_option("--limit", args->limit, "Prompts to run")->capture_default_str()->check(count_in<int64_t>(1, 1 << 20));
-  sub->add_option("--expert-cache", args->caches, "Comma-separated budgets (25%,50%,2GiB)")->capture_default_str();
-  sub->add_option("--on-miss", args->on_miss, "Comma-separated: wait, fallback")->capture_default_str();
-  sub->add_option("--prefetch", args->prefetch, "Comma-separated: none, lru, predict")->capture_default_str();
-  sub->add_option("--io-latency-ms", args->latencies, "Comma-separated added read latencies")->capture_default_str();
-  sub->add_option("--eviction", args->evictions, "Comma-separated: lru, lru-freq")->capture_default_str();
+  add_streaming_flags(sub, args->streaming, /*sweep=*/true);
   sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")
       ->capture_default_str()
@@ -357,9 +327,6 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--json", args->json, "Write the results as JSON");
   sub->add_option("--svg", args->svg, "Write a comparison plot (SVG) of tokens/s and stall time");
   sub->add_flag("--no-baseline", args->no_baseline, "Skip the all-resident run (no quality columns then)");
-  sub->add_flag("--pread", args->force_pread, "Read with pread threads instead of io_uring");
-  sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub->add_option("--pinned-budget", args->pinned_budget, "CUDA: page-locked staging memory for expert reads");
   return Command{sub, [args] { return run_bench(*args); }};
 }
 

@@ -24,6 +24,7 @@
 #include "chronos/tokenizer.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/streaming_flags.h"
 
 namespace chronos::cli {
 namespace {
@@ -48,20 +49,8 @@ struct GenerateArgs {
   int64_t batch_size = 32;
   std::string stats_json;
   bool verbose = false;
-  std::string expert_cache = "100%";
-  std::string on_miss = "wait";
-  double io_latency_ms = 0.0;
-  bool force_pread = false;
-  std::string prefetch = "none";
-  std::string device = "cpu";
-  std::string pinned_budget;  // empty: the prefetcher's default (one slot per read in flight)
+  StreamingFlags streaming;
 };
-
-OnMiss parse_on_miss(const std::string& text) {
-  if (text == "wait") return OnMiss::kWait;
-  if (text == "fallback") return OnMiss::kFallback;
-  throw UsageError(fmt::format("--on-miss must be wait or fallback (got '{}')", text));
-}
 
 // --stop "\n\n" as a shell passes it (backslash, n): the usual escapes \n, \t, \r and \\ become
 // the characters they name; any other backslash stays as it is.
@@ -116,9 +105,8 @@ int run_generate(const GenerateArgs& args) {
   const auto dir = resolve_model_dir(args.model);
   const std::string prompt_text = read_prompt(args);  // before loading: fail fast on bad input
   const auto load_start = std::chrono::steady_clock::now();
-  if (args.io_latency_ms < 0) throw UsageError("--io-latency-ms must be >= 0");
-  parse_on_miss(args.on_miss);
-  parse_prefetch_mode(args.prefetch);
+  const StreamingFlags& streaming = args.streaming;
+  streamer_options(streaming, int64_t(1) << 40);  // every streaming flag checked before the model loads
   const auto model = Model::load(dir);
   const Tokenizer tokenizer = Tokenizer::load(dir);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
@@ -162,43 +150,29 @@ int run_generate(const GenerateArgs& args) {
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
   // The CPU backend is only needed for a pack folder; a CUDA device always.
-  const bool on_cuda = args.device != "cpu";
+  const bool on_cuda = streaming.device != "cpu";
   std::unique_ptr<Backend> backend;
-  if (on_cuda || model->experts_streamed()) backend = make_backend(args.device);
-  if (!args.pinned_budget.empty() && !(on_cuda && model->experts_streamed()))
+  if (on_cuda || model->experts_streamed()) backend = make_backend(streaming.device);
+  if (!streaming.pinned_budget.empty() && !(on_cuda && model->experts_streamed()))
     throw UsageError("--pinned-budget needs --device cuda and a pack folder (it bounds the page-locked staging tier)");
   // A pack folder streams its routed experts through a budgeted cache.
   std::unique_ptr<ExpertStreamer> streamer;
   if (model->experts_streamed()) {
-    StreamerOptions so;
-    so.budget_bytes = parse_budget(args.expert_cache, model->sizes().expert_bytes, "--expert-cache");
-    so.on_miss = parse_on_miss(args.on_miss);
-    so.prefetch.io_latency_ms = args.io_latency_ms;
-    so.prefetch.force_pread = args.force_pread;
-    if (!args.pinned_budget.empty())
-      so.prefetch.staging_bytes = parse_budget(args.pinned_budget, model->sizes().expert_bytes, "--pinned-budget");
-    so.mode = parse_prefetch_mode(args.prefetch);
-    try {
-      streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
-    } catch (const BudgetTooSmall& e) {
-      throw_error("--expert-cache {}: {}", args.expert_cache, e.what());
-    }
+    streamer = make_streamer(*model, dir, *backend, streamer_options(streaming, model->sizes().expert_bytes),
+                             streaming.expert_cache, streaming.pinned_budget);
     model->set_expert_provider(streamer.get());
-    options.on_step = [&](int64_t pos) {
-      if (pos == 0) streamer->begin_request();
-      streamer->begin_step();
-    };
-  } else if (args.expert_cache != "100%" || args.on_miss != "wait" || args.io_latency_ms != 0.0 ||
-             args.prefetch != "none") {
-    throw UsageError("--expert-cache, --on-miss, --prefetch and --io-latency-ms need a pack folder (chronos pack)");
+  } else if (streaming.asks_for_streaming()) {
+    throw UsageError("--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
+                     "folder (chronos pack)");
   }
   Generator generator = on_cuda ? Generator(*model, tokenizer, make_cuda_runner(*model, *backend, n_ctx, args.batch_size))
                                 : Generator(*model, tokenizer, pool, n_ctx, args.batch_size);
+  generator.stream_experts_with(streamer.get());
   const RunnerMemory memory = generator.runner().memory();
   if (on_cuda) {
     spdlog::info("{}: VRAM: dense weights {} B, routed experts {} B (checkpoint) or {} B of cache slots (pack), "
                  "KV cache {} B, workspace {} B; page-locked: runner {} B, staging {} B",
-                 args.device, memory.dense_weight_bytes, memory.expert_weight_bytes,
+                 streaming.device, memory.dense_weight_bytes, memory.expert_weight_bytes,
                  streamer ? streamer->n_slots() * streamer->cache().slot_bytes() : 0, memory.kv_cache_bytes,
                  memory.workspace_bytes, memory.pinned_bytes,
                  streamer ? streamer->stats().prefetch.staging_buffers * streamer->cache().slot_bytes() : 0);
@@ -306,16 +280,7 @@ Command register_generate(CLI::App& app) {
       ->check(count_in<int64_t>(1, kMaxBatch));
   sub->add_option("--stats-json", args->stats_json, "Write load/prefill/decode statistics as JSON to this file");
   sub->add_flag("-v,--verbose", args->verbose, "Debug logging on stderr");
-  sub->add_option("--expert-cache", args->expert_cache, "Pack folders: expert cache budget (2GiB, 512MB, 25%)")->capture_default_str();
-  sub->add_option("--on-miss", args->on_miss, "Pack folders: wait (exact) or fallback (never blocks)")->capture_default_str();
-  sub->add_option("--io-latency-ms", args->io_latency_ms, "Pack folders: add this latency to every expert read")
-      ->check(finite_in(0.0, kMaxIoLatencyMs));
-  sub->add_option("--prefetch", args->prefetch, "Pack folders: none, lru or predict (trained predictors)")->capture_default_str();
-  sub->add_flag("--pread", args->force_pread, "Pack folders: read with pread threads instead of io_uring");
-  sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
-  sub->add_option("--pinned-budget", args->pinned_budget,
-                  "CUDA + pack folders: page-locked staging memory for expert reads (256MiB, 5%; default: one "
-                  "slot per read in flight)");
+  add_streaming_flags(sub, args->streaming, /*sweep=*/false);
   return Command{sub, [args] { return run_generate(*args); }};
 }
 

@@ -12,9 +12,9 @@
 
 namespace chronos {
 
-int64_t parse_budget(std::string_view text, int64_t total_bytes, std::string_view flag) {
+int64_t parse_budget(std::string_view text, int64_t total_bytes) {
   auto fail = [&]() -> int64_t {
-    throw UsageError(fmt::format("{}: '{}' is not a size (like 2GiB, 512MB, 25%)", flag, text));
+    throw UsageError(fmt::format("'{}' is not a size (like 2GiB, 512MB, 25%)", text));
   };
   size_t end = 0;
   while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
@@ -30,7 +30,7 @@ int64_t parse_budget(std::string_view text, int64_t total_bytes, std::string_vie
   double bytes = 0;
   if (unit == "%") {
     if (!(value > 0 && value <= 100))
-      throw UsageError(fmt::format("{}: a percentage must be in (0, 100] (got {})", flag, text));
+      throw UsageError(fmt::format("a percentage must be in (0, 100] (got {})", text));
     bytes = std::floor(double(total_bytes) * value / 100.0);
   } else {
     double scale = 0;
@@ -46,7 +46,7 @@ int64_t parse_budget(std::string_view text, int64_t total_bytes, std::string_vie
     else return fail();
     bytes = value * scale;
   }
-  if (!(bytes >= 1) || bytes > 9e18) throw UsageError(fmt::format("{}: '{}' is not a positive size", flag, text));
+  if (!(bytes >= 1) || bytes > 9e18) throw UsageError(fmt::format("'{}' is not a positive size", text));
   return int64_t(bytes);
 }
 

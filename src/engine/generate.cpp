@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "chronos/error.h"
+#include "chronos/expert_streamer.h"
 #include "chronos/ops.h"
 #include "chronos/tokenizer.h"
 
@@ -79,6 +80,11 @@ Generator::Generator(const Model& model, const Tokenizer& tokenizer, std::unique
 
 Generator::~Generator() = default;
 
+void Generator::step(const GenerateOptions& options, int64_t pos) {
+  if (streamer_ != nullptr) streamer_->begin_step();
+  if (options.on_step) options.on_step(pos);
+}
+
 // The CPU forward names the first layer with non-finite values itself; this catches any runner.
 void Generator::forward(std::span<const int32_t> tokens, int64_t pos) {
   runner_->forward(tokens, pos, logits_.data(), false);
@@ -102,7 +108,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   StopMatcher matcher(options.stop_strings);
 
   const auto start = std::chrono::steady_clock::now();
-  if (options.on_step) options.on_step(0);
+  if (streamer_ != nullptr) streamer_->begin_request();
+  step(options, 0);
   forward(prompt, 0);
   stats.prefill_seconds = seconds_since(start);
   auto decode_start = start;
@@ -130,7 +137,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (stopped) break;
     if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
     if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
-    if (options.on_step) options.on_step(pos);
+    step(options, pos);
     forward(std::span<const int32_t>(&history.back(), 1), pos);
     ++pos;
   }

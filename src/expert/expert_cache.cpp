@@ -18,8 +18,9 @@ ExpertCache::ExpertCache(Backend& backend, const Options& options)
     : backend_(backend), budget_bytes_(options.budget_bytes), slot_bytes_(options.slot_bytes), policy_(options.policy) {
   if (slot_bytes_ <= 0) throw_error("expert cache slot size {} bytes must be positive", slot_bytes_);
   if (budget_bytes_ < slot_bytes_) {
-    throw BudgetTooSmall(
-        fmt::format("expert cache budget {} is smaller than one expert ({} bytes)", budget_bytes_, slot_bytes_));
+    throw BudgetTooSmall(BudgetTooSmall::Budget::kExpertCache,
+                         fmt::format("expert cache budget {} is smaller than one expert ({} bytes)", budget_bytes_,
+                                     slot_bytes_));
   }
   if (!(options.frequency_half_life >= 0)) {
     throw_error("expert cache frequency half-life {} must be non-negative", options.frequency_half_life);

@@ -46,13 +46,6 @@ void check_pack_against_config(const PackManifest& m, const ModelConfig& c, cons
   }
 }
 
-PrefetchMode parse_prefetch_mode(const std::string& text) {
-  if (text == "none") return PrefetchMode::kNone;
-  if (text == "lru") return PrefetchMode::kLru;
-  if (text == "predict") return PrefetchMode::kPredict;
-  throw UsageError(fmt::format("--prefetch must be none, lru or predict (got '{}')", text));
-}
-
 ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                const StreamerOptions& options)
     : model_(model), manifest_(PackManifest::load(pack_dir)), options_(options) {
@@ -70,7 +63,8 @@ ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_d
   if (options.mode == PrefetchMode::kPredict) {
     predictors_ = Predictors::load(pack_dir);
     if (!predictors_)
-      throw_error("{}: --prefetch predict needs predictors.safetensors (run chronos train-predictors)", pack_dir.string());
+      throw_error("{}: prefetching by prediction needs predictors.safetensors (run chronos train-predictors)",
+                  pack_dir.string());
     if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert)
       throw_error("{}: the predictors were trained for another model", pack_dir.string());
     model_.set_block_observer(

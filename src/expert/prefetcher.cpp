@@ -116,8 +116,10 @@ struct AsyncPrefetcher::Impl {
     if (!backend.staging_is_device()) {
       const int64_t slot_bytes = cache.slot_bytes();
       if (options.staging_bytes > 0 && options.staging_bytes < slot_bytes)
-        throw_error("--pinned-budget: {} bytes is smaller than one expert slot ({} bytes)", options.staging_bytes,
-                    slot_bytes);
+        throw BudgetTooSmall(BudgetTooSmall::Budget::kStaging,
+                             fmt::format("page-locked staging budget {} bytes is smaller than one expert slot ({} "
+                                         "bytes)",
+                                         options.staging_bytes, slot_bytes));
       // More buffers than 4 x queue_depth cannot be kept busy: a buffer is held by one read and
       // then one copy.
       const int64_t wanted = options.staging_bytes > 0 ? options.staging_bytes / slot_bytes : ring_options.queue_depth;

@@ -196,6 +196,12 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
 }  // namespace
 
 PackManifest PackManifest::load(const fs::path& dir) {
+  PackManifest m = parse(dir);
+  for (const PackCluster& cluster : m.clusters) check_cluster_file(dir, m, cluster);
+  return m;
+}
+
+PackManifest PackManifest::parse(const fs::path& dir) {
   const fs::path path = dir / kManifestFileName;
   const Reader r(path.string());
   Json root;
@@ -289,8 +295,6 @@ PackManifest PackManifest::load(const fs::path& dir) {
     if (!placed.contains(key))
       r.fail(fmt::format("experts.{}.{}", key.layer, key.expert),
              fmt::format("cluster {} does not list this expert", expert.cluster));
-
-  for (const PackCluster& cluster : m.clusters) check_cluster_file(dir, m, cluster);
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "chronos/error.h"
+#include "chronos/pack_format.h"
 #include "chronos/model.h"
 #include "model/arch/arch.h"
 
@@ -75,19 +76,14 @@ bool is_vector_role(TensorRole role) {
   }
 }
 
-DType read_pack_dtype(const std::filesystem::path& manifest_path) {
-  std::ifstream in(manifest_path);
-  try {
-    const auto j = nlohmann::json::parse(in);
-    const std::string name = j.at("model").at("dtype").get<std::string>();
-    const auto dtype = dtype_from_name(name);
-    if (!dtype || !is_float_dtype(*dtype)) throw_error("model.dtype '{}' is not F32, F16 or BF16", name);
-    return *dtype;
-  } catch (const nlohmann::json::exception& e) {
-    throw_error("{}: {}", manifest_path.string(), e.what());
-  } catch (const Error& e) {
-    throw_error("{}: {}", manifest_path.string(), e.what());
-  }
+// The routed experts' dtype from the pack's manifest (parsed by the one manifest reader).
+DType read_pack_dtype(const std::filesystem::path& pack_dir) {
+  const PackManifest manifest = PackManifest::parse(pack_dir);
+  const auto dtype = dtype_from_name(manifest.dtype);
+  if (!dtype || !is_float_dtype(*dtype))
+    throw_error("{}: model.dtype '{}' is not F32, F16 or BF16", (pack_dir / kManifestFileName).string(),
+                manifest.dtype);
+  return *dtype;
 }
 
 }  // namespace
@@ -114,7 +110,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
   const TensorStore& store = model->store_;
   DType streamed_dtype = DType::kBF16;
-  if (pack) streamed_dtype = read_pack_dtype(dir / "cluster_manifest.json");
+  if (pack) streamed_dtype = read_pack_dtype(dir);
 
   ModelWeights& w = model->weights_;
   w.layers.resize(size_t(c.n_layer));

@@ -208,6 +208,31 @@ TEST_F(CliErrors, NumericFlagsAreBounded) {
   expect_clean_failure(bench({"--io-latency-ms", "0,inf"}), 2, "--io-latency-ms");
 }
 
+// The streaming flags are one group with one parser each: generate and bench accept and refuse
+// the same values with the same messages, before any model is loaded.
+TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
+  const auto prompts = work_ / "prompts.jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"The river\"}\n";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--expert-cache", "lots"}, "--expert-cache: 'lots' is not a size"},
+      {{"--expert-cache", "150%"}, "--expert-cache: a percentage must be in (0, 100]"},
+      {{"--on-miss", "sometimes"}, "--on-miss: 'sometimes' is not wait or fallback"},
+      {{"--prefetch", "psychic"}, "--prefetch: 'psychic' is not none, lru or predict"},
+      {{"--eviction", "random"}, "--eviction: 'random' is not lru or lru-freq"},
+      {{"--io-latency-ms", "-1"}, "--io-latency-ms: value -1 not in range"}};
+  for (const auto& [flag, message] : cases) {
+    SCOPED_TRACE(flag[0] + " " + flag[1]);
+    std::vector<std::string> gen = {"generate", "-m", model_.string(), "-p", "hi"};
+    gen.insert(gen.end(), flag.begin(), flag.end());
+    expect_clean_failure(run_chronos(gen, work_), 2, message);
+    std::vector<std::string> bench = {"bench", "-m", model_.string(), "--prompts", prompts.string()};
+    bench.insert(bench.end(), flag.begin(), flag.end());
+    expect_clean_failure(run_chronos(bench, work_), 2, message);
+  }
+  // On a checkpoint (not a pack), any streaming flag is refused by name.
+  expect_clean_failure(generate({"-p", "hi", "--eviction", "lru"}), 2, "need a pack folder");
+}
+
 TEST_F(CliErrors, EmptyPromptInAPromptsFileIsNamed) {
   const auto prompts = work_ / "prompts.jsonl";
   std::ofstream(prompts) << "{\"prompt\": \"The river\"}\n{\"prompt\": \"\"}\n";

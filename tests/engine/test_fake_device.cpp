@@ -338,8 +338,11 @@ TEST_F(FakeDeviceStreaming, PinnedBudgetSmallerThanOneExpertIsRefused) {
   try {
     ExpertStreamer streamer(*model, packed, device, so);
     FAIL() << "a 1000-byte staging budget was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--pinned-budget"), std::string::npos) << e.what();
+  } catch (const BudgetTooSmall& e) {  // the CLI adds the flag's name (--pinned-budget)
+    EXPECT_EQ(e.budget(), BudgetTooSmall::Budget::kStaging);
+    EXPECT_NE(std::string(e.what()).find("staging budget 1000 bytes is smaller than one expert slot"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -2,8 +2,10 @@
 // the prefetcher, and compare with the resident run; every failure mode gives a clear error.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "chronos/backend.h"
@@ -311,12 +313,31 @@ TEST_F(StreamingErrors, FlippedByteIsAnErrorInFallbackModeToo) {
   StreamerOptions options;
   options.budget_bytes = slot_bytes(packed) * 4;
   options.on_miss = OnMiss::kFallback;
+  // Driven lookup by lookup, so that no timing decides whether the read completes in time: the
+  // first lookup misses (fallback, the read is queued), the read fails its checksum, and the next
+  // lookup or step must report it instead of falling back again.
+  auto model = Model::load(packed);
+  auto backend = make_cpu_backend();
+  ExpertStreamer streamer(*model, packed, *backend, options);
+  const ExpertKey victim = manifest.experts.begin()->first;
+  const int32_t expert = victim.expert;
+  const FfnWeights* view = nullptr;
+  streamer.begin_request();
+  streamer.begin_step();
+  streamer.acquire(victim.layer, {&expert, 1}, {&view, 1});
+  EXPECT_EQ(view, nullptr);  // missing: the fallback stands in, for now
+  streamer.release(victim.layer, {&expert, 1});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (streamer.prefetcher().error() == nullptr && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_NE(streamer.prefetcher().error(), nullptr) << "the corrupt read never completed";
   try {
-    generate(packed, &options, nullptr, 48);
-    FAIL() << "the corrupt experts were silently replaced by the fallback";
+    streamer.acquire(victim.layer, {&expert, 1}, {&view, 1});
+    FAIL() << "the corrupt expert was silently replaced by the fallback";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(streamer.begin_step(), Error);
 }
 
 }  // namespace

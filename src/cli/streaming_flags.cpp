@@ -1,0 +1,122 @@
+// The streaming flag group and its parsers.
+#include "cli/streaming_flags.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "chronos/budget.h"
+#include "chronos/error.h"
+#include "cli/flags.h"
+
+namespace chronos::cli {
+
+bool StreamingFlags::asks_for_streaming() const {
+  const StreamingFlags defaults;
+  return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || prefetch != defaults.prefetch ||
+         eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
+}
+
+void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
+  const char* list = sweep ? "Comma-separated " : "";
+  sub->add_option("--expert-cache", f.expert_cache,
+                  fmt::format("Pack folders: {}expert cache budget{} (2GiB, 512MB, 25%)", list, sweep ? "s" : ""))
+      ->capture_default_str();
+  sub->add_option("--on-miss", f.on_miss,
+                  fmt::format("Pack folders: {}wait (exact) or fallback (never blocks)", list))
+      ->capture_default_str();
+  sub->add_option("--prefetch", f.prefetch,
+                  fmt::format("Pack folders: {}none, lru or predict (trained predictors)", list))
+      ->capture_default_str();
+  sub->add_option("--eviction", f.eviction, fmt::format("Pack folders: {}lru or lru-freq", list))
+      ->capture_default_str();
+  sub->add_option("--io-latency-ms", f.io_latency_ms,
+                  fmt::format("Pack folders: {}milliseconds added to every expert read", list))
+      ->capture_default_str();
+  sub->add_flag("--pread", f.pread, "Pack folders: read with pread threads instead of io_uring");
+  sub->add_option("--pinned-budget", f.pinned_budget,
+                  "CUDA + pack folders: page-locked staging memory for expert reads (256MiB, 5%; default: one "
+                  "slot per read in flight)");
+  sub->add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
+}
+
+namespace {
+
+// parse_budget's own message, prefixed with the flag that gave the text.
+int64_t budget_of(const std::string& text, int64_t total_bytes, const char* flag) {
+  try {
+    return parse_budget(text, total_bytes);
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("{}: {}", flag, e.what()));
+  }
+}
+
+}  // namespace
+
+int64_t parse_expert_cache(const std::string& text, int64_t expert_bytes) {
+  return budget_of(text, expert_bytes, "--expert-cache");
+}
+
+int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes) {
+  return budget_of(text, expert_bytes, "--pinned-budget");
+}
+
+OnMiss parse_on_miss(const std::string& text) {
+  if (text == "wait") return OnMiss::kWait;
+  if (text == "fallback") return OnMiss::kFallback;
+  throw UsageError(fmt::format("--on-miss: '{}' is not wait or fallback", text));
+}
+
+PrefetchMode parse_prefetch(const std::string& text) {
+  if (text == "none") return PrefetchMode::kNone;
+  if (text == "lru") return PrefetchMode::kLru;
+  if (text == "predict") return PrefetchMode::kPredict;
+  throw UsageError(fmt::format("--prefetch: '{}' is not none, lru or predict", text));
+}
+
+EvictionPolicy parse_eviction(const std::string& text) {
+  if (text == "lru") return EvictionPolicy::kLru;
+  if (text == "lru-freq") return EvictionPolicy::kLruFrequency;
+  throw UsageError(fmt::format("--eviction: '{}' is not lru or lru-freq", text));
+}
+
+double parse_io_latency_ms(const std::string& text) {
+  std::string value = text;
+  if (const std::string why = finite_in(0.0, kMaxIoLatencyMs)(value); !why.empty())
+    throw UsageError(fmt::format("--io-latency-ms: {}", why));
+  return std::stod(value);
+}
+
+std::vector<std::string> split_list(const std::string& text, const char* flag) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');)
+    if (!part.empty()) parts.push_back(part);
+  if (parts.empty()) throw UsageError(fmt::format("{}: no value given ('{}')", flag, text));
+  return parts;
+}
+
+StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) {
+  StreamerOptions so;
+  so.budget_bytes = parse_expert_cache(f.expert_cache, expert_bytes);
+  so.on_miss = parse_on_miss(f.on_miss);
+  so.mode = parse_prefetch(f.prefetch);
+  so.policy = parse_eviction(f.eviction);
+  so.prefetch.io_latency_ms = parse_io_latency_ms(f.io_latency_ms);
+  so.prefetch.force_pread = f.pread;
+  if (!f.pinned_budget.empty()) so.prefetch.staging_bytes = parse_pinned_budget(f.pinned_budget, expert_bytes);
+  return so;
+}
+
+std::unique_ptr<ExpertStreamer> make_streamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+                                              const StreamerOptions& options, const std::string& expert_cache,
+                                              const std::string& pinned_budget) {
+  try {
+    return std::make_unique<ExpertStreamer>(model, pack_dir, backend, options);
+  } catch (const BudgetTooSmall& e) {
+    if (e.budget() == BudgetTooSmall::Budget::kStaging) throw_error("--pinned-budget {}: {}", pinned_budget, e.what());
+    throw_error("--expert-cache {}: {}", expert_cache, e.what());
+  }
+}
+
+}  // namespace chronos::cli

@@ -1,0 +1,52 @@
+// The streaming flag group (--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms,
+// --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
+// one parser per flag. Every error names its flag; the layers below never do.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chronos/expert_streamer.h"
+
+namespace chronos::cli {
+
+struct StreamingFlags {
+  std::string expert_cache = "100%";
+  std::string on_miss = "wait";
+  std::string prefetch = "none";
+  std::string eviction = "lru-freq";
+  std::string io_latency_ms = "0";
+  bool pread = false;
+  std::string pinned_budget;  // empty: the prefetcher's default (one staging slot per read in flight)
+  std::string device = "cpu";
+
+  // Any of the pack-only flags set to something else than its default.
+  bool asks_for_streaming() const;
+};
+
+// Adds the group to `sub`. With `sweep` (bench), the first five take comma-separated lists and
+// every combination is run.
+void add_streaming_flags(CLI::App* sub, StreamingFlags& flags, bool sweep);
+
+// One parser per flag; each throws UsageError naming its flag.
+int64_t parse_expert_cache(const std::string& text, int64_t expert_bytes);
+OnMiss parse_on_miss(const std::string& text);
+PrefetchMode parse_prefetch(const std::string& text);
+EvictionPolicy parse_eviction(const std::string& text);
+double parse_io_latency_ms(const std::string& text);
+int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes);
+// A comma-separated list (bench's sweeps): at least one value, else UsageError naming `flag`.
+std::vector<std::string> split_list(const std::string& text, const char* flag);
+
+// StreamerOptions from single values (every list holds one element), checked.
+StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_bytes);
+
+// An ExpertStreamer over `pack_dir`; a budget too small for one expert is reported with its flag.
+std::unique_ptr<ExpertStreamer> make_streamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+                                              const StreamerOptions& options, const std::string& expert_cache,
+                                              const std::string& pinned_budget);
+
+}  // namespace chronos::cli
