@@ -8,11 +8,13 @@
 #   - RUNS back-to-back wait runs are identical to the resident model;
 #   - `| head -c 10` ends quietly (exit 0, no error on stderr);
 #   - Ctrl-C leaves a byte prefix of the output and no partial files.
-# Usage: scripts/soak.sh [TOKENS (default 2000)] [RUNS (default 20)]; SOAK_DIR keeps the work folder.
+# Usage: scripts/soak.sh [TOKENS (default 2000)] [RUNS (default 20)] [BENCH_PROMPTS (default 40)];
+# SOAK_DIR keeps the work folder (and its pack) between runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TOKENS=${1:-2000}
 RUNS=${2:-20}
+BENCH_PROMPTS=${3:-40}
 BIN=build/release/chronos
 MODEL=models/chronos-demo
 WORK=${SOAK_DIR:-$(mktemp -d /tmp/chronos-soak.XXXXXX)}
@@ -120,10 +122,10 @@ else
 fi
 
 out="$WORK/bench"
-run_sampled "$out.txt" bench -m "$PACK" --prompts "$MODEL/prompts/test.jsonl" --limit 40 -n 64 \
+run_sampled "$out.txt" bench -m "$PACK" --prompts "$MODEL/prompts/test.jsonl" --limit "$BENCH_PROMPTS" -n 64 \
   --expert-cache 5%,25%,50% --on-miss wait,fallback --prefetch none,lru,predict --json "$out.json"
 rc=$?
-if [ "$rc" -ne 0 ]; then fail "bench 40 prompts x 18 configurations: exit $rc: $(tail -1 "$out.txt.err")"
+if [ "$rc" -ne 0 ]; then fail "bench $BENCH_PROMPTS prompts x 18 configurations: exit $rc: $(tail -1 "$out.txt.err")"
 elif python3 - "$out.json" <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))
@@ -135,7 +137,7 @@ sys.exit(1 if bad or over else 0)
 EOF
 then
   rss=$(rss_flat "$out.txt.rss")
-  pass "bench 40 prompts x 18 configurations: wait rows identical to exact, budgets held, RSS $rss"
+  pass "bench $BENCH_PROMPTS prompts x 18 configurations: wait rows identical to exact, budgets held, RSS $rss"
 else
   fail "bench: a wait row differs from the exact run or a budget was exceeded ($out.json)"
 fi

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <sstream>
 #include <span>
 #include <nlohmann/json.hpp>
 
@@ -231,6 +233,60 @@ TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
   }
   // On a checkpoint (not a pack), any streaming flag is refused by name.
   expect_clean_failure(generate({"-p", "hi", "--eviction", "lru"}), 2, "need a pack folder");
+}
+
+TEST_F(CliErrors, PackChecksAndHonestBenchColumns) {
+  const auto pack = work_ / "pack";
+  RunResult r = run_chronos({"pack", "-m", model_.string(), "--cluster", "none", "-o", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto prompts = work_ / "prompts.jsonl";
+  std::ofstream(prompts) << "{\"prompt\": \"The river keeps its own time\"}\n";
+
+  // Without a baseline there is nothing to compare with: no agreement, no KL (was 100% and 0).
+  const auto json = work_ / "bench.json";
+  r = run_chronos({"bench", "-m", pack.string(), "--prompts", prompts.string(), "-n", "4", "--no-baseline",
+                   "--expert-cache", "50%", "--on-miss", "fallback", "--json", json.string()},
+                  work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto rows = nlohmann::json::parse(testing::slurp(json));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0]["greedy_agreement"].is_null()) << rows[0].dump();
+  EXPECT_TRUE(rows[0]["mean_kl"].is_null()) << rows[0].dump();
+  bool row_seen = false;  // the table's last two columns (agree%, mean KL) are "-"
+  for (const std::string& line : r.err_lines()) {
+    if (line.rfind("cache 50% fallback", 0) != 0) continue;
+    row_seen = true;
+    std::istringstream words(line);
+    std::vector<std::string> cells{std::istream_iterator<std::string>(words), {}};
+    ASSERT_GE(cells.size(), 2u);
+    EXPECT_EQ(cells[cells.size() - 2], "-") << line;
+    EXPECT_EQ(cells.back(), "-") << line;
+  }
+  EXPECT_TRUE(row_seen) << r.err;
+
+  // A pack whose config.json was edited after packing is refused by inspect and generate.
+  const std::string config = testing::slurp(pack / "config.json");
+  nlohmann::json edited = nlohmann::json::parse(config);
+  edited["num_experts_per_tok"] = 3;
+  std::ofstream(pack / "config.json") << edited.dump(2);
+  expect_clean_failure(run_chronos({"inspect", pack.string()}, work_), 1, "not the one this pack was made with");
+  expect_clean_failure(run_chronos({"generate", "-m", pack.string(), "-p", "hi"}, work_), 1,
+                       "not the one this pack was made with");
+}
+
+// trace used to cut a prompt longer than the context to half the context, silently.
+TEST_F(CliErrors, TraceRefusesAPromptThatDoesNotFit) {
+  const auto prompts = work_ / "prompts.jsonl";
+  std::string words;
+  for (int i = 0; i < 64; ++i) words += "the river keeps its own time ";
+  std::ofstream(prompts) << "{\"id\": \"short\", \"prompt\": \"The mill\"}\n"
+                         << "{\"id\": \"long\", \"prompt\": \"" << words << "\"}\n";
+  const auto out = work_ / "traces";
+  expect_clean_failure(run_chronos({"trace", "-m", model_.string(), "--prompts", prompts.string(), "-c", "64", "-n",
+                                    "4", "-o", out.string()},
+                                   work_),
+                       1, "prompt 'long' is");
+  EXPECT_FALSE(fs::exists(out / "trace_00000.ctrace"));  // refused before anything was traced
 }
 
 TEST_F(CliErrors, EmptyPromptInAPromptsFileIsNamed) {

@@ -357,6 +357,16 @@ TEST(PredictorPack, DamagedFilesAreErrors) {
   std::ofstream(tmp.path() / "pack" / "predictors.json", std::ios::binary | std::ios::trunc) << json;
   expect_error([&] { Predictors::load(tmp.path() / "pack"); },
                {"lookahead.fc1.weight", "shape [32,16], expected [31,16]"});
+  // Crafted numbers are refused before anything is allocated from them (a rank of INT32_MAX
+  // allocated until out of memory), and a number where an integer belongs is named, not cast.
+  for (const auto& [text, fragment] : {std::pair<std::string, std::string>{"\"rank\": 2147483647", "lookahead.rank"},
+                                       {"\"rank\": 4.3e84", "lookahead.rank is not an integer"},
+                                       {"\"rank\": -3", "lookahead.rank"}}) {
+    std::string crafted = json;
+    crafted.replace(at, 10, text);
+    std::ofstream(tmp.path() / "pack" / "predictors.json", std::ios::binary | std::ios::trunc) << crafted;
+    expect_error([&] { Predictors::load(tmp.path() / "pack"); }, {"predictors.json", fragment});
+  }
   fs::remove(tmp.path() / "pack" / "predictors.json");
   expect_error([&] { Predictors::load(tmp.path() / "pack"); }, {"predictors.json", "missing"});
 }
