@@ -1,4 +1,5 @@
-// ExpertStreamer: cache lookups for the MoE block, demand reads on a miss, wait or fallback.
+// ExpertStreamer, the engine's orchestrator of expert streaming: cache lookups for the MoE block,
+// demand reads on a miss, wait or fallback, and the predictors' prefetch requests.
 #include "chronos/expert_streamer.h"
 
 #include <fmt/ranges.h>
