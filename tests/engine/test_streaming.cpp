@@ -26,6 +26,18 @@ namespace fs = std::filesystem;
 
 fs::path fixture(const char* name) { return fs::path(CHRONOS_TEST_DATA_DIR) / "models" / name; }
 
+// XORs one byte of a file in place (a corrupt expert extent).
+void flip_byte(const fs::path& path, int64_t offset, char mask) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(offset);
+  char byte = 0;
+  f.read(&byte, 1);
+  byte = char(byte ^ mask);
+  f.seekp(offset);
+  f.write(&byte, 1);
+  ASSERT_TRUE(f.good()) << path;
+}
+
 class Streaming : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -138,15 +150,7 @@ TEST_F(StreamingErrors, FlippedByteIsCaughtAndNamed) {
   const PackManifest manifest = PackManifest::load(packed);
   const PackedExpert& victim = manifest.experts.begin()->second;
   const std::string file = manifest.clusters[size_t(victim.cluster)].file;
-  {
-    std::fstream f(packed / file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(victim.up.offset + 5);
-    char byte = 0;
-    f.read(&byte, 1);
-    byte = char(byte ^ 0x10);
-    f.seekp(victim.up.offset + 5);
-    f.write(&byte, 1);
-  }
+  flip_byte(packed / file, victim.up.offset + 5, 0x10);
   StreamerOptions options;
   options.budget_bytes = int64_t(1) << 30;
   // Route every token to the victim's layer until it is read: the whole model is read at 100%.
@@ -300,16 +304,8 @@ TEST_F(StreamingErrors, WaitModeIsTokenIdenticalAtTinyBudgetsUnderEveryPolicy) {
 TEST_F(StreamingErrors, FlippedByteIsAnErrorInFallbackModeToo) {
   const fs::path packed = pack(fixture("qwen2_moe-f32"));
   const PackManifest manifest = PackManifest::load(packed);
-  for (const auto& [key, expert] : manifest.experts) {  // every expert is corrupt
-    std::fstream f(packed / manifest.clusters[size_t(expert.cluster)].file,
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(expert.up.offset + 3);
-    char byte = 0;
-    f.read(&byte, 1);
-    byte = char(byte ^ 0x40);
-    f.seekp(expert.up.offset + 3);
-    f.write(&byte, 1);
-  }
+  for (const auto& [key, expert] : manifest.experts)  // every expert is corrupt
+    flip_byte(packed / manifest.clusters[size_t(expert.cluster)].file, expert.up.offset + 3, 0x40);
   StreamerOptions options;
   options.budget_bytes = slot_bytes(packed) * 4;
   options.on_miss = OnMiss::kFallback;
