@@ -109,10 +109,14 @@ else
   fail "| head -c 10: exit $head_rc, stderr: $(cat "$WORK/head.err")"
 fi
 
+rm -rf "$WORK/interrupt"
 mkdir -p "$WORK/interrupt"
-"$BIN" generate -m "$PACK" -p "$PROMPT" -n "$TOKENS" --ignore-eos --expert-cache 25% \
+# Job control on for this one: a script's background commands otherwise ignore SIGINT.
+set -m
+"$BIN" generate -m "$PACK" -p "$PROMPT" -n "$TOKENS" --ignore-eos --expert-cache 25% --io-latency-ms 2 \
   --stats-json "$WORK/interrupt/stats.json" >"$WORK/interrupt/out.txt" 2>/dev/null &
 pid=$!
+set +m
 sleep 2
 kill -INT "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
