@@ -78,6 +78,9 @@ class ExpertStreamer final : public ExpertProvider {
   // Called before every forward step (prefill or decode): advances the streamer's own step
   // counter, which keeps growing across requests, expires protections and cancels stale prefetches.
   void begin_step();
+  // Reads every expert of the pack and returns once all are ready (the budget must hold them
+  // all): the all-resident baseline of a benchmark. Rethrows a read or checksum error.
+  void load_all();
   int64_t step() const { return step_; }
   AsyncPrefetcher& prefetcher() { return *prefetcher_; }
   ExpertCache& cache() { return *cache_; }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "chronos/backend.h"
 #include "chronos/budget.h"
@@ -84,23 +83,6 @@ double kl_divergence(const float* p_logits, const float* q_logits, int64_t n) {
 
 int32_t argmax(const std::vector<float>& logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-// Reads every expert into the cache before timing (the all-resident baseline).
-void preload_all(ExpertStreamer& streamer) {
-  std::vector<FetchRequest> all;
-  for (const auto& [key, expert] : streamer.manifest().experts) all.push_back({key, FetchPriority::kIntent, 0});
-  streamer.prefetcher().enqueue(all);
-  for (;;) {
-    if (auto error = streamer.prefetcher().error()) std::rethrow_exception(error);
-    size_t ready = 0;
-    {
-      std::lock_guard lock(streamer.cache_mutex());
-      for (const auto& request : all) ready += streamer.cache().find(request.key).state == SlotState::kReady;
-    }
-    if (ready == all.size()) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 int run_bench(const BenchArgs& args) {
@@ -191,7 +173,7 @@ int run_bench(const BenchArgs& args) {
     if (!lists.pinned_budget.empty()) so.prefetch.staging_bytes = parse_pinned_budget(lists.pinned_budget, expert_bytes);
     const auto streamer_owner = make_streamer(*model, dir, *backend, so, cfg.flags.expert_cache, lists.pinned_budget);
     ExpertStreamer& streamer = *streamer_owner;
-    if (cfg.resident) preload_all(streamer);
+    if (cfg.resident) streamer.load_all();
     model->set_expert_provider(&streamer);
     // After the provider: the CUDA runner hands it its compute stream.
     const auto runner = on_cuda ? make_cuda_runner(*model, *backend, n_ctx, 32) : make_cpu_runner(*model, pool, n_ctx, 32);

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "chronos/error.h"
@@ -243,6 +244,24 @@ void ExpertStreamer::begin_step() {
     for (const ExpertKey& key : previous_token_) scores_.push_back(ExpertScore{key, 0, 1.0f});
     previous_token_.clear();
     request(scores_, false);
+  }
+}
+
+void ExpertStreamer::load_all() {
+  std::vector<FetchRequest> all;
+  for (const auto& [key, expert] : manifest_.experts) all.push_back({key, FetchPriority::kIntent, step_});
+  if (std::ssize(all) > cache_->n_slots())
+    throw_error("loading all {} experts needs {} cache slots, the budget holds {}", all.size(), all.size(),
+                cache_->n_slots());
+  prefetcher_->enqueue(all);
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
+    const bool ready = std::all_of(all.begin(), all.end(), [&](const FetchRequest& r) {
+      return cache_->find(r.key).state == SlotState::kReady;
+    });
+    if (ready) return;
+    loaded_.wait_for(lock, std::chrono::milliseconds(2));  // notified on every load; the timeout covers errors
   }
 }
 
