@@ -4,9 +4,10 @@
 # found (build/fuzz/tests/fuzz/corpus), then prints executions per target.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: safetensors manifest trace config
 #                                              tokenizer_json tokenizer_codec (default: all)
-# A crashing input is saved as build/fuzz/artifacts/TARGET/crash-*; after the fix it goes to
+# The script creates its output folders in the fuzz build folder: a crashing input is saved
+# there as artifacts/TARGET/crash-*; after the fix it goes to
 # tests/fuzz/regressions/TARGET/, where ctest --preset fuzz replays it. Exit status 1 when any
-# target crashed. Logs: build/fuzz/fuzz-logs/TARGET.log.
+# target crashed. Logs: fuzz-logs/TARGET.log in the same folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}

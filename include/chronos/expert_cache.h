@@ -23,15 +23,6 @@
 
 namespace chronos {
 
-// kLru: evict the least recently used slot (acquire or begin_load count as a use).
-// kLruFrequency: evict the slot with the lowest exponentially decayed request count, the least
-// recently used among equals (LRFU, Lee et al. 2001). Every acquire of a key, hit or miss,
-// adds 2^(t / half_life) to that key's score, t counting acquires, so a request made one
-// half-life ago weighs half as much as one made now. Scores are kept for every key ever
-// requested, resident or not (at most n_layers * n_experts entries), so an expert that was
-// evicted and comes back keeps its history. begin_load raises a key's score to at least one
-// request made now, so a prefetched expert is not the first thing the next load evicts. On
-// skewed (Zipf-like) reuse it keeps the hot experts that LRU lets a burst of cold ones flush.
 // A budget that cannot hold one expert slot: the expert cache's, or the page-locked staging
 // memory's. The caller knows which flag or setting gave it and says so.
 class BudgetTooSmall : public Error {
@@ -44,6 +35,15 @@ class BudgetTooSmall : public Error {
   Budget budget_;
 };
 
+// kLru: evict the least recently used slot (acquire or begin_load count as a use).
+// kLruFrequency: evict the slot with the lowest exponentially decayed request count, the least
+// recently used among equals (LRFU, Lee et al. 2001). Every acquire of a key, hit or miss,
+// adds 2^(t / half_life) to that key's score, t counting acquires, so a request made one
+// half-life ago weighs half as much as one made now. Scores are kept for every key ever
+// requested, resident or not (at most n_layers * n_experts entries), so an expert that was
+// evicted and comes back keeps its history. begin_load raises a key's score to at least one
+// request made now, so a prefetched expert is not the first thing the next load evicts. On
+// skewed (Zipf-like) reuse it keeps the hot experts that LRU lets a burst of cold ones flush.
 enum class EvictionPolicy { kLru, kLruFrequency };
 enum class SlotState { kEmpty, kLoading, kReady };
 

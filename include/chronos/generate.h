@@ -73,8 +73,6 @@ class Generator {
  private:
   // Before every forward: the streamer's step, then options.on_step.
   void step(const GenerateOptions& options, int64_t pos);
-  // One forward step into logits_; non-finite logits are an Error.
-  void forward(std::span<const int32_t> tokens, int64_t pos);
   const Model& model_;
   const Tokenizer& tokenizer_;
   std::unique_ptr<ModelRunner> runner_;

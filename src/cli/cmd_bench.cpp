@@ -86,8 +86,6 @@ int32_t argmax(const std::vector<float>& logits) {
 }
 
 int run_bench(const BenchArgs& args) {
-  if (args.n_predict < 1) throw UsageError("-n must be >= 1");
-  if (args.limit < 1) throw UsageError("--limit must be >= 1");
   // Every combination of the lists, each checked before the model is loaded.
   const StreamingFlags& lists = args.streaming;
   const auto caches = split_list(lists.expert_cache, "--expert-cache");
@@ -134,11 +132,11 @@ int run_bench(const BenchArgs& args) {
   std::vector<Config> configs;
   const int64_t expert_bytes = model->sizes().expert_bytes;
   if (!args.no_baseline) {
-    Config resident{"all-resident", StreamingFlags{}, {}, true};  // 100%, wait, none, no latency
-    resident.flags.pread = lists.pread;
-    resident.flags.device = lists.device;
-    resident.options.prefetch.force_pread = lists.pread;
-    configs.push_back(resident);
+    StreamingFlags flags;  // 100%, wait, none, no latency; the run's I/O and device settings
+    flags.pread = lists.pread;
+    flags.device = lists.device;
+    flags.pinned_budget = lists.pinned_budget;
+    configs.push_back({"all-resident", flags, streamer_options(flags, expert_bytes), true});
   }
   for (const StreamingFlags& one : combinations) {
     Config cfg{"", one, streamer_options(one, expert_bytes), false};
@@ -170,7 +168,6 @@ int run_bench(const BenchArgs& args) {
     StreamerOptions so = cfg.options;
     // The resident run gets room for every extent (slots are the largest extent each).
     if (cfg.resident) so.budget_bytes = resident_budget;
-    if (!lists.pinned_budget.empty()) so.prefetch.staging_bytes = parse_pinned_budget(lists.pinned_budget, expert_bytes);
     const auto streamer_owner = make_streamer(*model, dir, *backend, so, cfg.flags.expert_cache, lists.pinned_budget);
     ExpertStreamer& streamer = *streamer_owner;
     if (cfg.resident) streamer.load_all();

@@ -91,10 +91,6 @@ std::string read_prompt(const GenerateArgs& args) {
 
 int run_generate(const GenerateArgs& args) {
   if (args.verbose) spdlog::set_level(spdlog::level::debug);
-  if (args.n_predict < 0) throw UsageError(fmt::format("-n must be >= 0 (got {})", args.n_predict));
-  if (args.threads < 0) throw UsageError(fmt::format("--threads must be >= 1 (got {})", args.threads));
-  if (args.ctx_size < 0) throw UsageError(fmt::format("--ctx-size must be >= 1 (got {})", args.ctx_size));
-  if (args.batch_size < 1) throw UsageError(fmt::format("--batch-size must be >= 1 (got {})", args.batch_size));
   if (!args.system.empty() && !args.chat) throw UsageError("--system needs --chat");
 
   if (!args.stats_json.empty()) {

@@ -30,10 +30,7 @@ struct TraceArgs {
 };
 
 int run_trace(const TraceArgs& args) {
-  if (args.n_predict < 0) throw UsageError(fmt::format("-n must be >= 0 (got {})", args.n_predict));
   if (args.per_file < 1) throw UsageError("--prompts-per-file must be >= 1");
-  if (args.threads < 0) throw UsageError("--threads must be >= 1");
-  if (args.ctx_size < 16) throw UsageError("--ctx-size must be >= 16");
   const auto dir = resolve_model_dir(args.model);
   auto prompts = read_prompts_jsonl(args.prompts);
   if (args.limit > 0 && args.limit < std::ssize(prompts)) prompts.resize(size_t(args.limit));

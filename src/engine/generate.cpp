@@ -7,7 +7,6 @@
 
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
-#include "chronos/ops.h"
 #include "chronos/tokenizer.h"
 
 namespace chronos {
@@ -85,14 +84,6 @@ void Generator::step(const GenerateOptions& options, int64_t pos) {
   if (options.on_step) options.on_step(pos);
 }
 
-// The CPU forward names the first layer with non-finite values itself; this catches any runner.
-void Generator::forward(std::span<const int32_t> tokens, int64_t pos) {
-  runner_->forward(tokens, pos, logits_.data(), false);
-  if (!ops::all_finite(logits_.data(), std::ssize(logits_)))
-    throw_error("non-finite logits (NaN or Inf) at position {} ({} device)", pos + std::ssize(tokens) - 1,
-                runner_->device());
-}
-
 GenerateStats Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                   const TextFn& on_text) {
   GenerateStats stats;
@@ -110,7 +101,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   const auto start = std::chrono::steady_clock::now();
   if (streamer_ != nullptr) streamer_->begin_request();
   step(options, 0);
-  forward(prompt, 0);
+  runner_->forward(prompt, 0, logits_.data(), false);
   stats.prefill_seconds = seconds_since(start);
   auto decode_start = start;
   int64_t pos = stats.prompt_tokens;
@@ -138,7 +129,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
     if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
     step(options, pos);
-    forward(std::span<const int32_t>(&history.back(), 1), pos);
+    runner_->forward(std::span<const int32_t>(&history.back(), 1), pos, logits_.data(), false);
     ++pos;
   }
   if (stats.stop_reason != StopReason::kStopString && stats.stop_reason != StopReason::kCallback) {

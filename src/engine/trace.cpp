@@ -94,11 +94,13 @@ TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std:
 
   // Every prompt must fit with room for at least one generated token; checked before anything is
   // traced, so a long run does not stop half-way (and no prompt is silently cut).
+  std::vector<std::vector<int32_t>> prompt_ids;
+  prompt_ids.reserve(prompts.size());
   for (const PromptRecord& p : prompts) {
-    const int64_t n = std::ssize(tokenizer.encode(p.text, true));
-    if (n + 1 >= options.n_ctx)
+    prompt_ids.push_back(tokenizer.encode(p.text, true));
+    if (std::ssize(prompt_ids.back()) + 1 >= options.n_ctx)
       throw_error("prompt '{}' is {} tokens, which does not fit in a context of {} (raise --ctx-size or shorten it)",
-                  p.id, n, options.n_ctx);
+                  p.id, prompt_ids.back().size(), options.n_ctx);
   }
 
   TraceProgress progress;
@@ -120,7 +122,7 @@ TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std:
       for (auto& v : ids_by_layer) v.clear();
       for (auto& v : probs_by_layer) v.clear();
       h0.clear();
-      const std::vector<int32_t> ids = tokenizer.encode(p.text, true);
+      const std::vector<int32_t>& ids = prompt_ids[size_t(i)];
       GenerateOptions gen;
       gen.max_new_tokens = std::min(options.max_new_tokens, options.n_ctx - std::ssize(ids) - 1);
       gen.sampling = options.sampling;

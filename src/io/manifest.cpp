@@ -335,8 +335,8 @@ std::string config_fingerprint(const fs::path& config_path) {
   nlohmann::json config;
   try {
     config = nlohmann::json::parse(read_text(config_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw_error("{}: not valid JSON: {}", config_path.string(), e.what());
+  } catch (const nlohmann::json::exception&) {
+    throw_error("{}: not valid JSON", config_path.string());
   }
   const std::string text = config.dump();  // canonical: sorted keys, no whitespace
   return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));

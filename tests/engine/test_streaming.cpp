@@ -2,6 +2,7 @@
 // the prefetcher, and compare with the resident run; every failure mode gives a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,23 @@ class Streaming : public ::testing::TestWithParam<const char*> {
     const GenerateStats result = generator.generate(prompt, options, [](std::string_view) { return true; });
     if (stats != nullptr && streamer) *stats = streamer->stats();
     return result.tokens;
+  }
+
+  // Routing traces of the first n_prompts of a few fixed prompts, into work_/traces.
+  TraceProgress trace(const fs::path& dir, size_t n_prompts, int64_t tokens, int64_t per_file = 16) {
+    auto model = Model::load(dir);
+    const Tokenizer tokenizer = Tokenizer::load(dir);
+    std::vector<PromptRecord> prompts = {{"a", "prose", "The river keeps its own time"},
+                                         {"b", "code", "int main() { return 0; }"},
+                                         {"c", "prose", "Le moulin tourne toujours"},
+                                         {"d", "prose", "A mill by the river, and the"}};
+    prompts.resize(std::min(n_prompts, prompts.size()));
+    TraceOptions options;
+    options.max_new_tokens = tokens;
+    options.prompts_per_file = per_file;
+    ThreadPool pool(2);
+    return record_traces(*model, tokenizer, dir, prompts, work_ / "traces", options, pool,
+                         [](const TraceProgress&) {});
   }
 
   int64_t expert_bytes(const fs::path& dir) { return Model::load(dir)->sizes().expert_bytes; }
@@ -225,17 +243,7 @@ TEST_F(StreamingErrors, EditedConfigOfAPackIsRefused) {
 
 TEST_F(StreamingErrors, TracedClusteredPackIsTokenIdentical) {
   const fs::path dir = fixture("qwen2_moe-f32");
-  auto model = Model::load(dir);
-  const Tokenizer tokenizer = Tokenizer::load(dir);
-  std::vector<PromptRecord> prompts = {{"a", "prose", "The river keeps its own time"},
-                                       {"b", "code", "int main() { return 0; }"},
-                                       {"c", "prose", "Le moulin tourne toujours"}};
-  TraceOptions trace_options;
-  trace_options.max_new_tokens = 12;
-  trace_options.prompts_per_file = 2;
-  ThreadPool pool(2);
-  const TraceProgress done = record_traces(*model, tokenizer, dir, prompts, work_ / "traces", trace_options, pool,
-                                           [](const TraceProgress&) {});
+  const TraceProgress done = trace(dir, 3, 12, 2);
   EXPECT_EQ(done.prompts_done, 3);
   EXPECT_EQ(std::ssize(open_traces(work_ / "traces")), 2);
   PackOptions options;
@@ -254,18 +262,7 @@ TEST_F(StreamingErrors, TracedClusteredPackIsTokenIdentical) {
 // only that their prefetches compete with the compute side for the slots.
 TEST_F(StreamingErrors, WaitModeIsTokenIdenticalAtTinyBudgetsUnderEveryPolicy) {
   const fs::path dir = fixture("qwen2_moe-f32");
-  {
-    auto model = Model::load(dir);
-    const Tokenizer tokenizer = Tokenizer::load(dir);
-    std::vector<PromptRecord> prompts = {{"a", "prose", "The river keeps its own time"},
-                                         {"b", "code", "int main() { return 0; }"},
-                                         {"c", "prose", "Le moulin tourne toujours"},
-                                         {"d", "prose", "A mill by the river, and the"}};
-    TraceOptions trace_options;
-    trace_options.max_new_tokens = 16;
-    ThreadPool pool(2);
-    record_traces(*model, tokenizer, dir, prompts, work_ / "traces", trace_options, pool, [](const TraceProgress&) {});
-  }
+  trace(dir, 4, 16);
   const fs::path packed = pack(dir);
   {
     PredictorTrainOptions train;

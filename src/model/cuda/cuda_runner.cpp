@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "chronos/error.h"
 #include "chronos/model_runner.h"
+#include "chronos/ops.h"
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace chronos {
@@ -325,6 +326,9 @@ class CudaRunner final : public ModelRunner {
     wait_for_host_copies();
     chunk_completed_ = true;
     std::memcpy(logits, host_logits_, size_t(rows * c.n_vocab) * sizeof(float));
+    // The CPU forward names the layer where NaN or Inf first appear; here the logits say it.
+    if (!ops::all_finite(logits, rows * c.n_vocab))
+      throw_error("non-finite logits (NaN or Inf) from the CUDA forward at position {}", pos + n - 1);
   }
 
   void attention(int64_t il, int64_t n, int64_t pos) {
