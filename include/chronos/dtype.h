@@ -1,4 +1,5 @@
-// Element types as safetensors names them, and the f16/bf16 <-> f32 conversions.
+// Element types as safetensors names them, GGUF's block-quantized weight types, and the
+// f16/bf16 <-> f32 conversions.
 #pragma once
 
 #include <bit>
@@ -9,16 +10,49 @@
 
 namespace chronos {
 
+// The first 17 are the element types of safetensors headers. The rest are block-quantized weight
+// types with GGUF's exact block layouts (ggml-common.h; docs/quantization.md draws them): a row of
+// n weights is n / dtype_block_elements blocks of dtype_block_bytes each, so a GGUF tensor's bytes
+// are usable as they are. They never appear in a safetensors header: a quantized tensor is stored
+// as U8 bytes and its logical type is recorded beside it (DESIGN.md §5).
 enum class DType : uint8_t {
   kBool, kU8, kI8, kF8E5M2, kF8E4M3, kF8E8M0, kI16, kU16, kF16, kBF16, kI32, kU32, kF32,
   kF64, kI64, kU64, kC64,
+  kQ8_0,  // 32 weights: f16 d, 32 x int8                                 34 B, 8.5 bits/weight
+  kQ4_0,  // 32 weights: f16 d, 16 B of nibbles (q - 8)                    18 B, 4.5
+  kQ5_0,  // 32 weights: f16 d, 4 B of fifth bits, 16 B of nibbles (q - 16) 22 B, 5.5
+  kQ2_K,  // 256 weights: 16 x (4-bit scale, 4-bit min), 64 B of 2-bit q, f16 d, f16 dmin   84 B, 2.625
+  kQ3_K,  // 256 weights: 32 B high bits, 64 B of 2-bit q, 12 B of 6-bit scales, f16 d     110 B, 3.4375
+  kQ4_K,  // 256 weights: f16 d, f16 dmin, 12 B of 6-bit scales and mins, 128 B of nibbles 144 B, 4.5
+  kQ6_K,  // 256 weights: 128 B low nibbles, 64 B high 2 bits, 16 x int8 scale, f16 d      210 B, 6.5625
 };
 
-// Bits per element (all dtypes Chronos parses are whole bytes).
+// Bits per element of a whole-byte type; CHRONOS_CHECK-fails for a block type (use dtype_row_bytes).
 int dtype_bits(DType dtype);
-std::string_view dtype_name(DType dtype);  // "BF16", as in safetensors headers
+// "BF16" as in safetensors headers; "Q4_K" etc. for the block types, as GGUF names them.
+std::string_view dtype_name(DType dtype);
+// A safetensors header's dtype name; never a block type (a header saying "Q4_K" is bad input).
 std::optional<DType> dtype_from_name(std::string_view name);
-inline int64_t dtype_size(DType dtype) { return dtype_bits(dtype) / 8; }
+// Bytes per element of a whole-byte type; CHRONOS_CHECK-fails for a block type.
+int64_t dtype_size(DType dtype);
+
+// Block-quantized types.
+bool dtype_is_block(DType dtype);
+// Weights per block (32 or 256) and bytes per block; 1 and dtype_size for the whole-byte types.
+int64_t dtype_block_elements(DType dtype);
+int64_t dtype_block_bytes(DType dtype);
+// Bytes of a row of n_elements weights, for every type; CHRONOS_CHECK-fails when n_elements is not
+// a multiple of the block. The stride of a [rows, cols] weight matrix is dtype_row_bytes(dtype, cols).
+int64_t dtype_row_bytes(DType dtype, int64_t n_elements);
+// "q4_k" or "Q4_K" -> kQ4_K; nullopt for anything that is not a block type.
+std::optional<DType> block_dtype_from_name(std::string_view name);
+
+// The type to store a row of row_length weights in when `wanted` is asked for, as GGUF writers do:
+// a K type (256-weight blocks) on a row that is not a multiple of 256 falls back to a 32-weight
+// type of at least as many bits: Q4_K -> Q5_0, Q2_K and Q3_K -> Q4_0, Q6_K -> Q8_0. A 32-block type
+// stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
+// of 32 (no block type fits it: keep such a tensor in F16/BF16).
+DType block_dtype_for_row(DType wanted, int64_t row_length);
 
 inline float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
 

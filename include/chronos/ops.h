@@ -1,6 +1,6 @@
 // CPU ops: free functions over plain arrays; outputs first, inputs const, sizes explicit.
-// Activations are f32; weight matrices stay in their checkpoint dtype (F32, F16, BF16) and
-// are converted on the fly, accumulating in f32. Each op has a scalar reference in
+// Activations are f32; weight matrices stay in their checkpoint dtype (F32, F16, BF16) or a
+// block-quantized type (chronos/quant.h) and are converted on the fly, accumulating in f32. Each op has a scalar reference in
 // kernels/cpu and AVX2/AVX-512 versions chosen once at run time.
 #pragma once
 
@@ -13,7 +13,9 @@ namespace chronos {
 class ThreadPool;
 
 // A row-major weight matrix [rows, cols] as nn.Linear stores it: rows = out features,
-// cols = in features, row r at data + r * cols * dtype_size(dtype).
+// cols = in features, row r at data + r * dtype_row_bytes(dtype, cols). For a block type
+// (Q8_0 ... Q6_K) cols must be a multiple of dtype_block_elements(dtype); the ops use the exact
+// dequantized weights (dequantize_row) with f32 activations.
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kF32;

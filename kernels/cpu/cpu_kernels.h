@@ -9,12 +9,13 @@
 namespace chronos::kernels {
 
 // Every entry has the contract of the ops:: function of the same name (include/chronos/ops.h);
-// the kernels never allocate except matmul_rows for F16/BF16 weights with n_tokens > 1, which
-// keeps one per-thread f32 tile that grows to 4 * w.cols floats.
+// the kernels never allocate except matmul_rows for F16/BF16/block-type weights, which keeps one
+// per-thread f32 tile that grows to 4 * w.cols floats (6 * 256 for a block-type matvec).
 struct CpuKernels {
   void (*matmul_rows)(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                       int64_t row_begin, int64_t row_end);
-  // out[n] = row[n] converted from dtype (F32, F16 or BF16) to f32.
+  // out[n] = row[n] converted from dtype (F32, F16, BF16 or a block type) to f32; for a block type
+  // bit-identical to dequantize_row_scalar.
   void (*row_to_f32)(float* out, const void* row, DType dtype, int64_t n);
   void (*rmsnorm)(float* y, const float* x, const float* weight, int64_t n, float eps);
   void (*softmax)(float* x, int64_t n);
@@ -32,7 +33,12 @@ const CpuKernels& active_kernels();
 // scalar translation unit so that no std::vector code is compiled for an ISA the CPU may lack.
 float* thread_scratch(int64_t n_floats);
 
-// Scalar reference (matmul.cpp, vector_ops.cpp).
+// Block quantization (quantize.cpp, dequantize.cpp): the scalar reference of quant.h's functions.
+void quantize_row_scalar(void* out, const float* x, DType dtype, int64_t n);
+void dequantize_row_scalar(float* out, const void* in, DType dtype, int64_t n);
+
+// Scalar reference (matmul.cpp, vector_ops.cpp). For a block type, matmul_rows_scalar is the f32
+// product of the dequantized row, summed in column order.
 void matmul_rows_scalar(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                         int64_t row_begin, int64_t row_end);
 void row_to_f32_scalar(float* out, const void* row, DType dtype, int64_t n);

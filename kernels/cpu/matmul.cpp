@@ -26,6 +26,17 @@ void matmul_rows_typed(float* y, const float* x, const T* w, int64_t rows, int64
   }
 }
 
+// Block types: each row dequantized (exactly, dequantize_row_scalar), then the f32 product.
+void matmul_rows_block(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                       int64_t row_end) {
+  const int64_t row_bytes = dtype_row_bytes(w.dtype, w.cols);
+  float* w_row = thread_scratch(w.cols);  // [cols]
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    dequantize_row_scalar(w_row, static_cast<const uint8_t*>(w.data) + r * row_bytes, w.dtype, w.cols);
+    matmul_rows_typed<float, load_f32>(y + r, x, w_row, w.rows, w.cols, n_tokens, 0, 1);
+  }
+}
+
 }  // namespace
 
 float* thread_scratch(int64_t n_floats) {
@@ -50,7 +61,9 @@ void matmul_rows_scalar(float* y, const float* x, const WeightView& w, int64_t n
                                              w.cols, n_tokens, row_begin, row_end);
       return;
     default:
-      CHRONOS_CHECK_MSG(false, "matmul kernel: unsupported weight dtype {}", dtype_name(w.dtype));
+      CHRONOS_CHECK_MSG(dtype_is_block(w.dtype), "matmul kernel: unsupported weight dtype {}", dtype_name(w.dtype));
+      matmul_rows_block(y, x, w, n_tokens, row_begin, row_end);
+      return;
   }
 }
 
@@ -66,7 +79,9 @@ void row_to_f32_scalar(float* out, const void* row, DType dtype, int64_t n) {
       for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
       return;
     default:
-      CHRONOS_CHECK_MSG(false, "row_to_f32 kernel: unsupported dtype {}", dtype_name(dtype));
+      CHRONOS_CHECK_MSG(dtype_is_block(dtype), "row_to_f32 kernel: unsupported dtype {}", dtype_name(dtype));
+      dequantize_row_scalar(out, row, dtype, n);
+      return;
   }
 }
 

@@ -15,9 +15,12 @@ constexpr int64_t kRowGrain = 16;
 constexpr int64_t kMinParallelWork = int64_t(1) << 16;
 
 void check_weight(const WeightView& w, const char* op) {
-  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16)
-    throw_error("{}: weight dtype {} is not supported (F32, F16 or BF16)", op, dtype_name(w.dtype));
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16 && !dtype_is_block(w.dtype))
+    throw_error("{}: weight dtype {} is not supported (F32, F16, BF16 or a block type)", op, dtype_name(w.dtype));
   if (w.rows < 0 || w.cols < 0) throw_error("{}: weight shape [{}, {}] is negative", op, w.rows, w.cols);
+  if (w.cols % dtype_block_elements(w.dtype) != 0)
+    throw_error("{}: a {} weight row of {} elements is not a whole number of {}-element blocks", op,
+                dtype_name(w.dtype), w.cols, dtype_block_elements(w.dtype));
   CHRONOS_CHECK(w.data != nullptr || w.rows * w.cols == 0);
 }
 
@@ -49,7 +52,7 @@ void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row) {
   check_weight(w, "weight_row_to_f32");
   if (row < 0 || row >= w.rows) throw_error("weight_row_to_f32: row {} is outside [0, {})", row, w.rows);
-  const auto* bytes = static_cast<const uint8_t*>(w.data) + row * w.cols * dtype_size(w.dtype);
+  const auto* bytes = static_cast<const uint8_t*>(w.data) + row * dtype_row_bytes(w.dtype, w.cols);
   kernels::active_kernels().row_to_f32(out, bytes, w.dtype, w.cols);
 }
 

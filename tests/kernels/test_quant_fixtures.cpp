@@ -1,0 +1,146 @@
+// Block layouts against an independent decoder: tests/fixtures/quant/*.bin hold input rows,
+// Chronos's quantized bytes and the gguf package's numpy dequantization of those bytes
+// (tools/make_quant_fixtures.py). Re-quantizing must give the same bytes, and every ISA's
+// dequantization must give gguf's floats bit for bit.
+//
+// The fixture tool runs this binary's disabled QuantFixtureTool test to quantize its inputs.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "chronos/quant.h"
+#include "test_util.h"
+
+namespace chronos {
+namespace {
+
+// Fixture file, little-endian: "CQF1", u32 rows, u32 cols, u32 name length, name ("Q4_K"), then
+// f32 input[rows, cols], u8 quantized[rows, dtype_row_bytes(cols)], f32 gguf_dequantized[rows, cols].
+struct QuantFixture {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  std::vector<float> input, expected;
+  std::vector<uint8_t> quantized;
+};
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+uint32_t read_u32(const std::vector<uint8_t>& bytes, size_t& at) {
+  uint32_t v = 0;
+  std::memcpy(&v, bytes.data() + at, 4);
+  at += 4;
+  return v;
+}
+
+template <typename T>
+std::vector<T> read_array(const std::vector<uint8_t>& bytes, size_t& at, size_t n) {
+  std::vector<T> out(n);
+  std::memcpy(out.data(), bytes.data() + at, n * sizeof(T));
+  at += n * sizeof(T);
+  return out;
+}
+
+QuantFixture load_fixture(const std::string& path) {
+  const auto bytes = read_bytes(path);
+  QuantFixture f;
+  size_t at = 4;
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), "CQF1", 4) != 0) {
+    ADD_FAILURE() << path << ": not a quant fixture";
+    return f;
+  }
+  f.rows = read_u32(bytes, at);
+  f.cols = read_u32(bytes, at);
+  const uint32_t name_length = read_u32(bytes, at);
+  const std::string name(reinterpret_cast<const char*>(bytes.data() + at), name_length);
+  at += name_length;
+  const auto dtype = block_dtype_from_name(name);
+  EXPECT_TRUE(dtype.has_value()) << path << ": " << name;
+  f.dtype = dtype.value_or(DType::kF32);
+  const size_t n = size_t(f.rows * f.cols), n_bytes = size_t(f.rows * dtype_row_bytes(f.dtype, f.cols));
+  EXPECT_EQ(bytes.size(), at + n * 8 + n_bytes) << path;
+  if (bytes.size() != at + n * 8 + n_bytes) return f;
+  f.input = read_array<float>(bytes, at, n);
+  f.quantized = read_array<uint8_t>(bytes, at, n_bytes);
+  f.expected = read_array<float>(bytes, at, n);
+  return f;
+}
+
+const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k"};
+
+std::string fixture_path(const char* type) {
+  return std::string(CHRONOS_TEST_DATA_DIR) + "/quant/" + type + ".bin";
+}
+
+TEST(QuantFixtures, QuantizerReproducesTheStoredBytes) {
+  for (const char* type : kFixtureTypes) {
+    const QuantFixture f = load_fixture(fixture_path(type));
+    ASSERT_FALSE(f.input.empty()) << type;
+    std::vector<uint8_t> bytes(f.quantized.size());
+    quantize_rows(f.dtype, f.input.data(), bytes.data(), f.rows, f.cols);
+    const int64_t row_bytes = dtype_row_bytes(f.dtype, f.cols);
+    for (int64_t i = 0; i < int64_t(bytes.size()); ++i)
+      ASSERT_EQ(bytes[size_t(i)], f.quantized[size_t(i)]) << type << " row " << i / row_bytes << " byte " << i % row_bytes;
+  }
+}
+
+TEST(QuantFixtures, DequantizationIsBitIdenticalToGguf) {
+  test::IsaGuard guard;
+  for (const char* type : kFixtureTypes) {
+    const QuantFixture f = load_fixture(fixture_path(type));
+    ASSERT_FALSE(f.input.empty()) << type;
+    const int64_t row_bytes = dtype_row_bytes(f.dtype, f.cols);
+    std::vector<float> row(size_t(f.cols));
+    for (int64_t r = 0; r < f.rows; ++r) {
+      dequantize_row(f.dtype, f.quantized.data() + r * row_bytes, row.data(), f.cols);
+      for (int64_t c = 0; c < f.cols; ++c)
+        ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]), std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
+            << type << " dequantize_row row " << r << " col " << c << ": " << row[size_t(c)] << " vs "
+            << f.expected[size_t(r * f.cols + c)];
+      for (Isa isa : test::available_isas()) {
+        set_isa(isa);
+        std::fill(row.begin(), row.end(), -1.0f);
+        ops::weight_row_to_f32(row.data(), WeightView{f.quantized.data(), f.dtype, f.rows, f.cols}, r);
+        for (int64_t c = 0; c < f.cols; ++c)
+          ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]), std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
+              << type << " " << isa_name(isa) << " weight_row_to_f32 row " << r << " col " << c;
+      }
+    }
+  }
+}
+
+// Not a test: tools/make_quant_fixtures.py runs it (--gtest_also_run_disabled_tests) to quantize
+// rows with this build's quantizer. CHRONOS_QUANT_TOOL_IN names a file "CQF1", rows, cols, name
+// length, name, f32 input[rows, cols]; the quantized bytes are written to CHRONOS_QUANT_TOOL_OUT.
+TEST(QuantFixtureTool, DISABLED_Quantize) {
+  const char* in_path = std::getenv("CHRONOS_QUANT_TOOL_IN");
+  const char* out_path = std::getenv("CHRONOS_QUANT_TOOL_OUT");
+  ASSERT_NE(in_path, nullptr);
+  ASSERT_NE(out_path, nullptr);
+  const auto bytes = read_bytes(in_path);
+  ASSERT_GE(bytes.size(), size_t(16));
+  ASSERT_EQ(std::memcmp(bytes.data(), "CQF1", 4), 0);
+  size_t at = 4;
+  const int64_t rows = read_u32(bytes, at), cols = read_u32(bytes, at);
+  const uint32_t name_length = read_u32(bytes, at);
+  const auto dtype = block_dtype_from_name(std::string(reinterpret_cast<const char*>(bytes.data() + at), name_length));
+  at += name_length;
+  ASSERT_TRUE(dtype.has_value());
+  ASSERT_EQ(bytes.size(), at + size_t(rows * cols) * 4);
+  const auto input = read_array<float>(bytes, at, size_t(rows * cols));
+  std::vector<uint8_t> quantized(size_t(rows * dtype_row_bytes(*dtype, cols)));
+  quantize_rows(*dtype, input.data(), quantized.data(), rows, cols);
+  std::ofstream out(out_path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(quantized.data()), std::streamsize(quantized.size()));
+  ASSERT_TRUE(out.good());
+}
+
+}  // namespace
+}  // namespace chronos

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Builds tests/fixtures/quant/<type>.bin: input rows, Chronos's quantized bytes, and the gguf
+package's numpy dequantization of those bytes (an implementation independent of Chronos's).
+
+The bytes come from Chronos's own quantizer, through the disabled QuantFixtureTool test of the
+kernel test binary. tests/kernels/test_quant_fixtures.cpp then requires that quantizing the input
+again gives the same bytes and that Chronos's dequantization gives gguf's floats bit for bit.
+
+    python3 -m venv .venv && .venv/bin/pip install gguf numpy
+    cmake --build build/release --target chronos_test_kernels
+    .venv/bin/python tools/make_quant_fixtures.py --test-binary build/release/tests/chronos_test_kernels
+
+Rows: random normal; zeros, one outlier among small values, constant and negative-only blocks; a
+real expert row of the demo model (models/default, BF16) when it is there, else a uniform one. The 32-block types get
+128-wide rows (the demo model's down_proj rows), the K types 256-wide ones. Also checks that gguf's
+own quantizer gives Chronos's bytes for Q8_0, Q4_0 and Q5_0 (their rounding is fully specified).
+"""
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+ROOT = Path(__file__).resolve().parent.parent
+TYPES = ["q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k"]
+BLOCK_BYTES = {"q8_0": (32, 34), "q4_0": (32, 18), "q5_0": (32, 22), "q2_k": (256, 84),
+               "q3_k": (256, 110), "q4_k": (256, 144), "q6_k": (256, 210)}
+
+
+def read_safetensors_rows(path: Path, name: str, rows: list[int]) -> np.ndarray:
+    """Rows of one BF16 tensor as f32 (exact), without a safetensors or torch dependency."""
+    with open(path, "rb") as f:
+        header_size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(header_size))
+        entry = header[name]
+        assert entry["dtype"] == "BF16", entry
+        begin, end = entry["data_offsets"]
+        f.seek(8 + header_size + begin)
+        data = np.frombuffer(f.read(end - begin), dtype="<u2").reshape(entry["shape"])
+    return (data[rows].astype(np.uint32) << 16).view(np.float32)
+
+
+def input_rows(type_name: str, model: Path | None) -> np.ndarray:
+    """The edge cases take one block each: a whole row for the K types, a quarter row for the rest."""
+    block = BLOCK_BYTES[type_name][0]
+    cols = 128 if block == 32 else 256
+    rng = np.random.default_rng(1000 + TYPES.index(type_name))
+    outlier = rng.normal(0.0, 0.01, block)
+    outlier[block // 3] = 4.0
+    edges = [np.zeros(block), outlier, np.full(block, 0.3125), -np.abs(rng.normal(0.0, 0.2, block))]
+    rows = [rng.normal(0.0, 0.05, cols)]
+    rows.extend([np.concatenate(edges)] if block == 32 else edges)
+    if model is not None:
+        tensor = "model.layers.2.mlp.experts.5.down_proj.weight" if cols == 128 else \
+                 "model.layers.2.mlp.experts.5.gate_proj.weight"
+        rows.extend(read_safetensors_rows(model, tensor, [7]))
+    else:
+        rows.append(rng.uniform(-1.0, 1.0, cols))
+    return np.stack(rows).astype(np.float32)
+
+
+def header(type_name: str, x: np.ndarray) -> bytes:
+    name = type_name.upper().encode()
+    return b"CQF1" + struct.pack("<III", x.shape[0], x.shape[1], len(name)) + name
+
+
+def chronos_quantize(binary: Path, type_name: str, x: np.ndarray) -> np.ndarray:
+    with tempfile.TemporaryDirectory() as tmp:
+        in_path, out_path = Path(tmp) / "in.bin", Path(tmp) / "out.bin"
+        in_path.write_bytes(header(type_name, x) + x.astype("<f4").tobytes())
+        env = dict(os.environ, CHRONOS_QUANT_TOOL_IN=str(in_path), CHRONOS_QUANT_TOOL_OUT=str(out_path))
+        subprocess.run([str(binary), "--gtest_also_run_disabled_tests", "--gtest_filter=QuantFixtureTool.*"],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+        block, block_bytes = BLOCK_BYTES[type_name]
+        return np.frombuffer(out_path.read_bytes(), dtype=np.uint8).reshape(x.shape[0], x.shape[1] // block * block_bytes)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--test-binary", type=Path, default=ROOT / "build/release/tests/chronos_test_kernels")
+    parser.add_argument("--out", type=Path, default=ROOT / "tests/fixtures/quant")
+    args = parser.parse_args()
+    model = ROOT / "models/default/model.safetensors"
+    if not model.exists():
+        print(f"{model} not found: fixtures without real rows", file=sys.stderr)
+        model = None
+    args.out.mkdir(parents=True, exist_ok=True)
+    for type_name in TYPES:
+        qtype = GGMLQuantizationType[type_name.upper()]
+        x = input_rows(type_name, model)
+        q = chronos_quantize(args.test_binary, type_name, x)
+        expected = dequantize(q, qtype).astype(np.float32)
+        assert expected.shape == x.shape, (expected.shape, x.shape)
+        if type_name in ("q8_0", "q4_0", "q5_0"):
+            theirs = quantize(x, qtype)
+            if not np.array_equal(theirs, q):
+                raise SystemExit(f"{type_name}: gguf's quantizer gives other bytes than Chronos's")
+        error = np.sqrt(np.mean((expected - x) ** 2, axis=1)) / np.maximum(np.sqrt(np.mean(x ** 2, axis=1)), 1e-30)
+        path = args.out / f"{type_name}.bin"
+        path.write_bytes(header(type_name, x) + x.astype("<f4").tobytes() + q.tobytes() +
+                         expected.astype("<f4").tobytes())
+        print(f"{path.relative_to(ROOT)}: {x.shape[0]} x {x.shape[1]}, {path.stat().st_size} bytes, "
+              f"relative RMS error per row {np.array2string(error, precision=4)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
