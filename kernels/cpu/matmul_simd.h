@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/quant_layout.h"
 
 namespace chronos::kernels {
 namespace {  // internal linkage: one copy per ISA translation unit
@@ -202,6 +203,116 @@ void gemm_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, 
   }
 }
 
+// ---- Block-quantized weights (Q8_0 ... Q6_K) ----
+// Each block is decoded (quant_layout.h) and its weights formed in f32 as mul * q - sub with
+// dequantize_row_scalar's two roundings, so the kernels multiply the exact dequantized weights by
+// the f32 activations; the accumulation is dot_block's (one vector accumulator per (row, token),
+// columns in order), so matvec == matmul and the thread split cannot change a bit. The integer-dot
+// alternative (activations rounded to 8 bits) is measured against this in docs/quantization.md.
+
+// out[block_elements_of(D)] = one block's weights.
+template <class V, DType D>
+inline void dequantize_block(const uint8_t* block, float* out) {
+  constexpr int kBlock = block_elements_of(D), kGroup = group_elements(D);
+  int8_t q[kBlock];
+  float mul[kBlock / kGroup], sub[kBlock / kGroup];
+  decode_block(D, block, q, mul, sub);
+#pragma GCC unroll 16
+  for (int g = 0; g < kBlock / kGroup; ++g) {
+    const typename V::Vec m = V::set1(mul[g]), s = V::set1(sub[g]);
+#pragma GCC unroll 4
+    for (int i = 0; i < kGroup; i += V::kLanes)
+      V::store(out + g * kGroup + i, V::sub(V::mul(V::load_i8(q + g * kGroup + i), m), s));
+  }
+}
+
+template <class V, DType D>
+void dequantize_row_block(float* out, const uint8_t* row, int64_t n, int64_t block_bytes) {
+  constexpr int kBlock = block_elements_of(D);
+  for (int64_t b = 0; b < n / kBlock; ++b) dequantize_block<V, D>(row + b * block_bytes, out + b * kBlock);
+}
+
+// out[i] = rows[i] · x for i < RB: each block of the RB rows dequantized into L1, then dot_block's FMAs.
+template <class V, DType D, int RB>
+inline void dot_block_rows(float* out, const float* x, const uint8_t* const* rows, int64_t cols,
+                           int64_t block_bytes) {
+  constexpr int kBlock = block_elements_of(D);
+  using Vec = typename V::Vec;
+  alignas(64) float w[RB][kBlock];
+  Vec acc[RB];
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) acc[i] = V::zero();
+  for (int64_t b = 0; b < cols / kBlock; ++b) {
+#pragma GCC unroll 8
+    for (int i = 0; i < RB; ++i) {
+      V::prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(rows[i] + b * block_bytes) + kPrefetchBytes));
+      dequantize_block<V, D>(rows[i] + b * block_bytes, w[i]);
+    }
+    const float* xb = x + b * kBlock;
+    for (int c = 0; c < kBlock; c += V::kLanes) {
+      const Vec xv = V::load(xb + c);
+#pragma GCC unroll 8
+      for (int i = 0; i < RB; ++i) acc[i] = V::fmadd(V::load(w[i] + c), xv, acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < RB; ++i) out[i] = V::reduce_add(acc[i]);
+}
+
+// The n_tokens == 1 case, RB row streams as matvec_rows.
+template <class V, DType D, int RB = 4>
+void matvec_block_rows(float* y, const float* x, const uint8_t* w, int64_t cols, int64_t row_begin, int64_t row_end) {
+  const int64_t block_bytes = dtype_block_bytes(D), row_bytes = dtype_row_bytes(D, cols);
+  const int64_t slice = (row_end - row_begin) / RB;
+  const uint8_t* rows_in_flight[RB];
+  for (int64_t k = 0; k < slice; ++k) {
+    float out[RB];
+    for (int i = 0; i < RB; ++i) rows_in_flight[i] = w + (row_begin + i * slice + k) * row_bytes;
+    dot_block_rows<V, D, RB>(out, x, rows_in_flight, cols, block_bytes);
+    for (int i = 0; i < RB; ++i) y[row_begin + i * slice + k] = out[i];
+  }
+  for (int64_t r = row_begin + RB * slice; r < row_end; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    dot_block_rows<V, D, 1>(y + r, x, &row, cols, block_bytes);
+  }
+}
+
+// The n_tokens > 1 case: gemm_rows with each tile of RB rows dequantized once per token panel.
+template <class V, DType D, int RB = 4>
+void gemm_block_rows(float* y, const float* x, const uint8_t* w, int64_t rows, int64_t cols, int64_t n_tokens,
+                     int64_t row_begin, int64_t row_end) {
+  const int64_t block_bytes = dtype_block_bytes(D), row_bytes = dtype_row_bytes(D, cols);
+  float* tile = thread_scratch(RB * cols);  // [RB, cols]
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenPanel) {
+    const int64_t n_panel = n_tokens - t0 < kTokenPanel ? n_tokens - t0 : kTokenPanel;
+    const float* x_panel = x + t0 * cols;  // [n_panel, cols]
+    float* y_panel = y + t0 * rows;        // [n_panel, rows]
+    for (int64_t r = row_begin; r < row_end; r += RB) {
+      const int64_t n_rows = row_end - r < RB ? row_end - r : RB;
+      for (int64_t i = 0; i < n_rows; ++i)
+        dequantize_row_block<V, D>(tile + i * cols, w + (r + i) * row_bytes, cols, block_bytes);
+      if (n_rows == RB) {
+        tile_times_tokens<V, RB>(y_panel + r, rows, x_panel, n_panel, tile, cols);
+      } else {
+        for (int64_t i = 0; i < n_rows; ++i)
+          tile_times_tokens<V, 1>(y_panel + r + i, rows, x_panel, n_panel, tile + i * cols, cols);
+      }
+    }
+  }
+}
+
+template <class V>
+void matmul_rows_block(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                       int64_t row_end) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  with_block_type(w.dtype, [&]<DType D>() {
+    if (n_tokens == 1)
+      matvec_block_rows<V, D>(y, x, data, w.cols, row_begin, row_end);
+    else
+      gemm_block_rows<V, D>(y, x, data, w.rows, w.cols, n_tokens, row_begin, row_end);
+  });
+}
+
 template <class V, WKind K>
 void matmul_rows_typed(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                        int64_t row_begin, int64_t row_end) {
@@ -220,7 +331,9 @@ void matmul_rows_simd(float* y, const float* x, const WeightView& w, int64_t n_t
     case DType::kF32: return matmul_rows_typed<V, WKind::kF32>(y, x, w, n_tokens, row_begin, row_end);
     case DType::kF16: return matmul_rows_typed<V, WKind::kF16>(y, x, w, n_tokens, row_begin, row_end);
     case DType::kBF16: return matmul_rows_typed<V, WKind::kBF16>(y, x, w, n_tokens, row_begin, row_end);
-    default: return matmul_rows_scalar(y, x, w, n_tokens, row_begin, row_end);
+    default:
+      if (dtype_is_block(w.dtype)) return matmul_rows_block<V>(y, x, w, n_tokens, row_begin, row_end);
+      return matmul_rows_scalar(y, x, w, n_tokens, row_begin, row_end);
   }
 }
 
@@ -230,7 +343,14 @@ void row_to_f32_simd(float* out, const void* row, DType dtype, int64_t n) {
     case DType::kF32: return convert_row<V, WKind::kF32>(out, static_cast<const float*>(row), n);
     case DType::kF16: return convert_row<V, WKind::kF16>(out, static_cast<const uint16_t*>(row), n);
     case DType::kBF16: return convert_row<V, WKind::kBF16>(out, static_cast<const uint16_t*>(row), n);
-    default: return row_to_f32_scalar(out, row, dtype, n);
+    default:
+      if (dtype_is_block(dtype)) {
+        dtype_row_bytes(dtype, n);  // checks that n is whole blocks
+        return with_block_type(dtype, [&]<DType D>() {
+          dequantize_row_block<V, D>(out, static_cast<const uint8_t*>(row), n, dtype_block_bytes(D));
+        });
+      }
+      return row_to_f32_scalar(out, row, dtype, n);
   }
 }
 

@@ -42,9 +42,30 @@ inline void write_f16(uint8_t* p, float v) {
   std::memcpy(p, &h, sizeof(h));
 }
 
+// Weights per block (dtype_block_elements as a constant expression, for the kernels' templates).
+constexpr int block_elements_of(DType dtype) {
+  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ6_K ? 256 : 32;
+}
+
 // Elements sharing one (mul, sub): the sub-block of the K types, the whole block of the others.
-inline int group_elements(DType dtype) {
+constexpr int group_elements(DType dtype) {
   return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ6_K ? 16 : 32;
+}
+
+// Calls f.template operator()<D>() with the block type `dtype` as a constant, so that the kernels
+// decode each type without a switch per block.
+template <class F>
+inline void with_block_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
+    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
+    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
+    case DType::kQ2_K: return f.template operator()<DType::kQ2_K>();
+    case DType::kQ3_K: return f.template operator()<DType::kQ3_K>();
+    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
+    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
+    default: return;  // callers check dtype_is_block first
+  }
 }
 
 // Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes: j < 4 in the low six
@@ -69,7 +90,8 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
 }
 
 // q[block_elements] = the signed levels of one block; mul/sub[block_elements / group] its factors.
-inline void decode_block(DType dtype, const uint8_t* b, int8_t* q, float* mul, float* sub) {
+// Always inlined so that a constant dtype leaves only its own case.
+[[gnu::always_inline]] inline void decode_block(DType dtype, const uint8_t* b, int8_t* q, float* mul, float* sub) {
   switch (dtype) {
     case DType::kQ8_0:
       mul[0] = read_f16(b + q8_0::d);

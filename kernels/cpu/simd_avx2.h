@@ -45,6 +45,11 @@ struct Avx2 {
   }
   static Vec load_bf16_tail(const uint16_t* p, int n) { return from_bf16(load_u16_tail(p, n)); }
 
+  // 8 int8 levels of a decoded block (quant_layout.h) as f32, exactly.
+  static Vec load_i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+
   static Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
   static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
   static Vec sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }

@@ -49,6 +49,11 @@ struct Avx512 {
     return from_bf16(_mm256_maskz_loadu_epi16(mask(n), p));
   }
 
+  // 16 int8 levels of a decoded block (quant_layout.h) as f32, exactly.
+  static Vec load_i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+
   static Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
   static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   static Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
