@@ -1,5 +1,5 @@
-// AsyncPrefetcher: a priority queue of expert reads served by its own I/O thread through IoRing,
-// completing into expert-cache slots and signalling each slot's Event (DESIGN.md §2, §4).
+// AsyncPrefetcher: expert reads planned by a ReadPlanner and served by its own I/O thread through
+// IoRing, completing into expert-cache slots and signalling each slot's Event (DESIGN.md §2, §4).
 //
 // With separate tiers (CUDA) one expert goes: O_DIRECT read into a page-locked staging buffer ->
 // checksum -> the copy stream waits for the slot's `consumed` event (no kernel still reads the
@@ -20,18 +20,9 @@
 #include "chronos/expert_cache.h"
 #include "chronos/io_ring.h"
 #include "chronos/pack_format.h"
+#include "chronos/read_planner.h"
 
 namespace chronos {
-
-// Lower value = served first: a demand miss, then later layers of the current token, then the
-// next tokens, then the prefill intent set.
-enum class FetchPriority : uint8_t { kDemand = 0, kSameToken = 1, kNextToken = 2, kLater = 3, kIntent = 4 };
-
-struct FetchRequest {
-  ExpertKey key;
-  FetchPriority priority = FetchPriority::kDemand;
-  int64_t step = 0;  // decode step the request was made for (stale requests are cancelled)
-};
 
 struct PrefetchStats {
   int64_t reads = 0;        // expert reads completed

@@ -1,19 +1,19 @@
-// AsyncPrefetcher: queue -> IoRing reads (file-adjacent experts coalesced) into cache slots ->
-// checksum -> (optional latency) -> ready.
+// AsyncPrefetcher's I/O loop: planned reads -> IoRing (file-adjacent experts coalesced) into cache
+// slots or staging buffers -> checksum -> (optional latency) -> copy -> ready.
 #include "chronos/prefetcher.h"
-
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
-#include <map>
-#include <numeric>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "chronos/error.h"
+#include "expert/staging_pool.h"
 
 namespace chronos {
 namespace {
@@ -27,12 +27,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 struct AsyncPrefetcher::Impl {
-  struct Queued {
-    FetchPriority priority;
-    int64_t step;
-    uint64_t sequence;  // FIFO among equal priorities
-  };
-  using Picked = std::pair<ExpertKey, Queued>;
   struct InFlight {  // one expert
     ExpertKey key{};
     const PackedExpert* expert = nullptr;
@@ -48,15 +42,6 @@ struct AsyncPrefetcher::Impl {
     int n_experts = 0;
     bool used = false;
   };
-  struct Staging {  // one page-locked buffer of slot_bytes
-    Buffer buffer;
-    std::unique_ptr<Event> copied;  // signalled when its last H2D copy has completed
-    bool used = false;              // a read is landing in it, or its copy is not yet queued
-  };
-  struct FilePlace {
-    size_t cluster;   // index into manifest.clusters (and files)
-    size_t position;  // index into that cluster's experts (file order)
-  };
 
   const PackManifest& manifest;
   std::filesystem::path pack_dir;
@@ -68,16 +53,13 @@ struct AsyncPrefetcher::Impl {
 
   std::vector<DirectFile> files;  // by position in manifest.clusters
   std::unordered_map<int32_t, size_t> file_of_cluster;
-  std::unordered_map<ExpertKey, FilePlace> place;  // every expert of the pack
-  int max_run_experts = 1;
   std::unique_ptr<IoRing> ring;
   std::unique_ptr<Stream> copy_stream;
-  std::vector<Staging> staging;  // empty when the backend's staging memory is the device tier
+  std::optional<StagingPool> staging;  // made after the files and the ring; empty on the CPU backend
 
-  mutable std::mutex queue_mutex;  // guards queue, stats, error, stopping
+  mutable std::mutex queue_mutex;  // guards planner (except group_runs), stats, error, stopping
   std::condition_variable queue_cv;
-  std::map<ExpertKey, Queued> queue;
-  uint64_t next_sequence = 0;
+  ReadPlanner planner;
   PrefetchStats stats;
   std::exception_ptr error;
   bool stopping = false;
@@ -92,6 +74,13 @@ struct AsyncPrefetcher::Impl {
   bool busy = false;             // reads in flight since busy_since
   std::thread thread;
 
+  static ReadPlanner::Options planner_options(const Options& options) {
+    ReadPlanner::Options out;
+    out.max_run_experts = options.coalesce ? std::clamp(options.max_run_experts, 1, ReadRequest::kMaxSegments) : 1;
+    out.max_run_bytes = options.max_run_bytes;
+    return out;
+  }
+
   Impl(const PackManifest& m, std::filesystem::path dir, ExpertCache& c, std::mutex& cm, std::condition_variable& cv,
        Backend& b, Options o)
       : manifest(m),
@@ -100,36 +89,20 @@ struct AsyncPrefetcher::Impl {
         cache_mutex(cm),
         loaded(cv),
         backend(b),
-        options(std::move(o)) {
+        options(std::move(o)),
+        planner(manifest, planner_options(options)) {
     for (size_t i = 0; i < manifest.clusters.size(); ++i) {
       files.push_back(DirectFile::open(pack_dir / manifest.clusters[i].file));
       file_of_cluster[manifest.clusters[i].id] = i;
-      for (size_t j = 0; j < manifest.clusters[i].experts.size(); ++j) place[manifest.clusters[i].experts[j]] = {i, j};
     }
-    max_run_experts = options.coalesce ? std::clamp(options.max_run_experts, 1, ReadRequest::kMaxSegments) : 1;
     IoRing::Options ring_options;
     ring_options.queue_depth = std::max(1u, options.queue_depth);
     ring_options.force_pread = options.force_pread;
     ring_options.fault_injector = options.fault_injector;
     ring = IoRing::create(ring_options);
     copy_stream = backend.create_stream();
-    if (!backend.staging_is_device()) {
-      const int64_t slot_bytes = cache.slot_bytes();
-      if (options.staging_bytes > 0 && options.staging_bytes < slot_bytes)
-        throw BudgetTooSmall(BudgetTooSmall::Budget::kStaging,
-                             fmt::format("page-locked staging budget {} bytes is smaller than one expert slot ({} "
-                                         "bytes)",
-                                         options.staging_bytes, slot_bytes));
-      // More buffers than 4 x queue_depth cannot be kept busy: a buffer is held by one read and
-      // then one copy.
-      const int64_t wanted = options.staging_bytes > 0 ? options.staging_bytes / slot_bytes : ring_options.queue_depth;
-      staging.resize(size_t(std::clamp<int64_t>(wanted, 1, 4 * int64_t(ring_options.queue_depth))));
-      for (Staging& buffer : staging) {
-        buffer.buffer = backend.alloc_staging(size_t(slot_bytes));
-        buffer.copied = backend.create_event();
-      }
-      stats.staging_buffers = std::ssize(staging);
-    }
+    staging.emplace(backend, cache.slot_bytes(), options.staging_bytes, ring_options.queue_depth);
+    stats.staging_buffers = std::ssize(*staging);
     in_flight.resize(ring_options.queue_depth);
     reads.resize(ring_options.queue_depth);
     thread = std::thread([this] { run(); });
@@ -142,70 +115,7 @@ struct AsyncPrefetcher::Impl {
     }
     queue_cv.notify_all();
     thread.join();
-    copy_stream->synchronize();
-    for (Staging& buffer : staging) backend.free_staging(buffer.buffer);
-  }
-
-  // A staging buffer that no read holds and whose last copy has completed, or -1.
-  int free_staging() const {
-    for (size_t i = 0; i < staging.size(); ++i)
-      if (!staging[i].used && staging[i].copied->query()) return int(i);
-    return -1;
-  }
-  size_t n_free_staging() const {
-    size_t n = 0;
-    for (const Staging& buffer : staging) n += !buffer.used && buffer.copied->query();
-    return n;
-  }
-
-  // Picks up to `room` requests, most urgent first; a demand request brings its queued file
-  // neighbours along.
-  std::vector<Picked> take(size_t room) {
-    std::vector<Picked> picked;
-    while (picked.size() < room && !queue.empty()) {
-      auto best = queue.begin();
-      for (auto it = queue.begin(); it != queue.end(); ++it) {
-        if (std::tie(it->second.priority, it->second.sequence) < std::tie(best->second.priority, best->second.sequence))
-          best = it;
-      }
-      const Picked chosen = *best;
-      queue.erase(best);
-      picked.push_back(chosen);
-      if (max_run_experts > 1 && chosen.second.priority == FetchPriority::kDemand)
-        take_neighbours(chosen.first, room, picked);
-    }
-    return picked;
-  }
-
-  // Extending a demand read to the experts next to it on disk costs one longer transfer instead of
-  // more requests later; it stops at the first neighbour that is not queued, or at the run caps.
-  void take_neighbours(ExpertKey key, size_t room, std::vector<Picked>& picked) {
-    const auto where = place.find(key);
-    if (where == place.end()) return;  // issue() reports it
-    const PackCluster& cluster = manifest.clusters[where->second.cluster];
-    const PackedExpert* first = &manifest.experts.at(key);
-    const PackedExpert* last = first;
-    int n_run = 1;
-    int64_t run_bytes = first->bytes;
-    for (const int direction : {+1, -1}) {
-      for (auto position = int64_t(where->second.position) + direction;
-           position >= 0 && position < std::ssize(cluster.experts); position += direction) {
-        if (picked.size() >= room || n_run >= max_run_experts) return;
-        const auto next = manifest.experts.find(cluster.experts[size_t(position)]);
-        if (next == manifest.experts.end()) break;
-        const PackedExpert& candidate = next->second;
-        const bool adjacent = direction > 0 ? candidate.offset == last->offset + last->bytes
-                                            : candidate.offset + candidate.bytes == first->offset;
-        if (!adjacent || run_bytes + candidate.bytes > options.max_run_bytes) break;
-        const auto queued = queue.find(candidate.key);
-        if (queued == queue.end()) break;
-        picked.push_back(*queued);
-        queue.erase(queued);
-        (direction > 0 ? last : first) = &candidate;
-        ++n_run;
-        run_bytes += candidate.bytes;
-      }
-    }
+    copy_stream->synchronize();  // before the staging buffers go
   }
 
   void fail(const std::string& message) {
@@ -216,10 +126,11 @@ struct AsyncPrefetcher::Impl {
   // Reserves a slot per picked expert and issues the reads, adjacent experts as one vectored
   // request; demand requests that found no free slot go back to the queue. Returns how many IoRing
   // requests were submitted.
-  size_t issue(const std::vector<Picked>& picked) {
+  size_t issue(const std::vector<PlannedRead>& picked) {
     std::vector<size_t> started;  // in_flight indices, most urgent first
-    std::vector<Picked> retry;
-    for (const auto& [key, queued] : picked) {
+    std::vector<PlannedRead> retry;
+    for (const PlannedRead& queued : picked) {
+      const ExpertKey key = queued.key;
       const auto found = manifest.experts.find(key);
       if (found == manifest.experts.end()) {
         fail(fmt::format("{}: layer {} expert {} is not in the pack", kManifestFileName, key.layer, key.expert));
@@ -238,7 +149,7 @@ struct AsyncPrefetcher::Impl {
       }
       if (!slot) {
         if (queued.priority == FetchPriority::kDemand) {
-          retry.emplace_back(key, queued);
+          retry.push_back(queued);
         } else {
           std::lock_guard q(queue_mutex);
           ++stats.no_slot;
@@ -250,11 +161,10 @@ struct AsyncPrefetcher::Impl {
       const size_t index = free_index(in_flight);
       int staged = -1;
       void* dst = slot->data;
-      if (!staging.empty()) {  // run() asked for no more experts than there are free staging buffers
-        staged = free_staging();
+      if (!staging->empty()) {  // run() asked for no more experts than there are free staging buffers
+        staged = staging->acquire();
         CHRONOS_CHECK(staged >= 0);
-        staging[size_t(staged)].used = true;
-        dst = staging[size_t(staged)].buffer.data;
+        dst = staging->data(staged);
       }
       in_flight[index] = InFlight{key, &expert, *slot, staged, dst, Clock::now(), {}, true};
       ++n_busy;
@@ -262,24 +172,29 @@ struct AsyncPrefetcher::Impl {
     }
     if (!retry.empty()) {
       std::lock_guard q(queue_mutex);
-      for (const auto& [key, queued] : retry) queue.emplace(key, queued);
+      for (const PlannedRead& queued : retry) planner.requeue(queued);
     }
     if (started.empty()) return 0;
 
+    std::vector<const PackedExpert*> experts;  // of `started`
+    for (const size_t index : started) experts.push_back(in_flight[index].expert);
     std::vector<ReadRequest> batch;
-    for (const std::vector<size_t>& run : group_runs(started)) {
+    for (const std::vector<size_t>& run : planner.group_runs(experts)) {
       const size_t read_index = free_index(reads);
       RunRead& read = reads[read_index];
       read.used = true;
       read.n_experts = int(run.size());
-      std::copy(run.begin(), run.end(), read.experts.begin());
-      const PackedExpert& head = *in_flight[run.front()].expert;
+      for (size_t i = 0; i < run.size(); ++i) read.experts[i] = started[run[i]];
+      const PackedExpert& head = *in_flight[read.experts[0]].expert;
       ReadRequest request{files[file_of_cluster.at(head.cluster)].fd(), head.offset, 0, nullptr, uint64_t(read_index)};
       if (run.size() == 1) {
         request.bytes = head.bytes;
-        request.dst = in_flight[run.front()].dst;
+        request.dst = in_flight[read.experts[0]].dst;
       } else {
-        for (const size_t index : run) request.add_segment(in_flight[index].dst, in_flight[index].expert->bytes);
+        for (int i = 0; i < read.n_experts; ++i) {
+          const InFlight& f = in_flight[read.experts[size_t(i)]];
+          request.add_segment(f.dst, f.expert->bytes);
+        }
       }
       batch.push_back(request);
     }
@@ -300,47 +215,6 @@ struct AsyncPrefetcher::Impl {
     return size_t(free - entries.begin());
   }
 
-  // Splits the started experts (in_flight indices, most urgent first) into runs of experts that
-  // follow each other in one file, within the run caps; runs in the order of their most urgent
-  // member.
-  std::vector<std::vector<size_t>> group_runs(const std::vector<size_t>& started) const {
-    std::vector<size_t> by_file(started.size());  // positions in `started`
-    std::iota(by_file.begin(), by_file.end(), size_t(0));
-    const auto file_position = [&](size_t i) {
-      const PackedExpert& e = *in_flight[started[i]].expert;
-      return std::pair(file_of_cluster.at(e.cluster), e.offset);
-    };
-    if (max_run_experts > 1) {
-      std::sort(by_file.begin(), by_file.end(),
-                [&](size_t a, size_t b) { return file_position(a) < file_position(b); });
-    }
-    std::vector<std::pair<size_t, std::vector<size_t>>> runs;  // (most urgent position, in_flight indices)
-    int64_t run_bytes = 0;
-    for (size_t k = 0; k < by_file.size(); ++k) {
-      const size_t i = by_file[k];
-      const PackedExpert& expert = *in_flight[started[i]].expert;
-      bool extends = false;
-      if (k > 0 && !runs.empty()) {
-        const PackedExpert& previous = *in_flight[runs.back().second.back()].expert;
-        extends = previous.cluster == expert.cluster && previous.offset + previous.bytes == expert.offset &&
-                  std::ssize(runs.back().second) < max_run_experts && run_bytes + expert.bytes <= options.max_run_bytes;
-      }
-      if (extends) {
-        runs.back().first = std::min(runs.back().first, i);
-        runs.back().second.push_back(started[i]);
-        run_bytes += expert.bytes;
-      } else {
-        runs.push_back({i, {started[i]}});
-        run_bytes = expert.bytes;
-      }
-    }
-    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<std::vector<size_t>> out;
-    out.reserve(runs.size());
-    for (auto& run : runs) out.push_back(std::move(run.second));
-    return out;
-  }
-
   // The read is complete and checked. On the CPU backend it landed in the slot itself, so the
   // copy is a no-op and the event is recorded on the copy stream all the same. With separate tiers
   // the copy waits until no kernel reads the slot's previous expert, then the slot's event and the
@@ -348,12 +222,11 @@ struct AsyncPrefetcher::Impl {
   void make_ready(size_t index) {
     InFlight& f = in_flight[index];
     if (f.staging >= 0) {
-      Staging& buffer = staging[size_t(f.staging)];
       copy_stream->wait_event(*f.slot.consumed);
-      backend.copy_to_device(*copy_stream, f.slot.data, buffer.buffer.data, size_t(f.expert->bytes));
+      backend.copy_to_device(*copy_stream, f.slot.data, staging->data(f.staging), size_t(f.expert->bytes));
       copy_stream->record(*f.slot.ready);
-      copy_stream->record(*buffer.copied);
-      buffer.used = false;
+      copy_stream->record(staging->copied(f.staging));
+      staging->release(f.staging);
       std::lock_guard q(queue_mutex);
       ++stats.copies;
     } else {
@@ -377,8 +250,8 @@ struct AsyncPrefetcher::Impl {
 
   void abort(size_t index, const std::string& message) {
     InFlight& f = in_flight[index];
-    if (f.staging >= 0) staging[size_t(f.staging)].used = false;  // nothing to copy
-    copy_stream->record(*f.slot.ready);  // wakes anyone waiting on the event
+    if (f.staging >= 0) staging->release(f.staging);  // nothing to copy
+    copy_stream->record(*f.slot.ready);               // wakes anyone waiting on the event
     {
       std::lock_guard lock(cache_mutex);
       cache.abort_load(f.key);
@@ -456,23 +329,23 @@ struct AsyncPrefetcher::Impl {
   void run() {
     std::vector<ReadCompletion> done;
     for (;;) {
-      std::vector<Picked> picked;
+      std::vector<PlannedRead> picked;
       {
         std::unique_lock q(queue_mutex);
         if (n_in_flight == 0 && delayed.empty()) {
-          queue_cv.wait(q, [&] { return stopping || !queue.empty(); });
+          queue_cv.wait(q, [&] { return stopping || !planner.empty(); });
         }
         if (stopping && n_in_flight == 0) break;
         size_t room = in_flight.size() - n_busy;
-        if (!staging.empty()) {
-          const size_t free_buffers = n_free_staging();
-          if (free_buffers < room && !queue.empty()) ++stats.staging_full;
+        if (!staging->empty()) {
+          const size_t free_buffers = staging->n_free();
+          if (free_buffers < room && !planner.empty()) ++stats.staging_full;
           room = std::min(room, free_buffers);
         }
-        if (!stopping) picked = take(room);
+        if (!stopping) picked = planner.take(room);
       }
       const size_t issued = issue(picked);
-      if (issued == 0 && n_in_flight == 0 && delayed.empty() && (!picked.empty() || !staging.empty())) {
+      if (issued == 0 && n_in_flight == 0 && delayed.empty() && (!picked.empty() || !staging->empty())) {
         // Only demand requests waiting for a slot (the compute side must release one first), or
         // every staging buffer waiting for its copy: poll again shortly.
         std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -531,29 +404,14 @@ AsyncPrefetcher::~AsyncPrefetcher() = default;
 void AsyncPrefetcher::enqueue(std::span<const FetchRequest> requests) {
   {
     std::lock_guard q(impl_->queue_mutex);
-    for (const FetchRequest& r : requests) {
-      auto [it, inserted] = impl_->queue.try_emplace(r.key, Impl::Queued{r.priority, r.step, impl_->next_sequence});
-      if (inserted) {
-        ++impl_->next_sequence;
-      } else if (r.priority < it->second.priority) {
-        it->second.priority = r.priority;
-        it->second.step = r.step;
-      }
-    }
+    for (const FetchRequest& r : requests) impl_->planner.enqueue(r);
   }
   impl_->queue_cv.notify_all();
 }
 
 void AsyncPrefetcher::cancel_stale(int64_t step) {
   std::lock_guard q(impl_->queue_mutex);
-  for (auto it = impl_->queue.begin(); it != impl_->queue.end();) {
-    if (it->second.priority != FetchPriority::kDemand && it->second.step < step) {
-      it = impl_->queue.erase(it);
-      ++impl_->stats.cancelled;
-    } else {
-      ++it;
-    }
-  }
+  impl_->stats.cancelled += impl_->planner.cancel_stale(step);
 }
 
 std::exception_ptr AsyncPrefetcher::error() const {
