@@ -210,20 +210,59 @@ void gemm_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, 
 // columns in order), so matvec == matmul and the thread split cannot change a bit. The integer-dot
 // alternative (activations rounded to 8 bits) is measured against this in docs/quantization.md.
 
+// Levels [i, i + kLanes) of one block as int32 lanes: decode_levels (quant_layout.h) read lane-wise.
+// i is a multiple of kLanes, so the lanes read consecutive bytes and share their shift.
+template <class V, DType D>
+[[gnu::always_inline]] inline typename V::IVec block_levels(const uint8_t* b, int i) {
+  using I = typename V::IVec;
+  const auto bits = [](I v, int shift, int mask) { return V::iand(V::isrl(v, shift), V::iset1(mask)); };
+  if constexpr (D == DType::kQ4_0) {
+    return V::isub(bits(V::load_u8(b + q4_0::qs + i % 16), i < 16 ? 0 : 4, 0xF), V::iset1(8));
+  } else if constexpr (D == DType::kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, b + q5_0::qh, 4);
+    const I high = V::iand(V::isrlv(V::iset1(int(qh)), V::iadd(V::lane_index(), V::iset1(i))), V::iset1(1));
+    const I low = bits(V::load_u8(b + q5_0::qs + i % 16), i < 16 ? 0 : 4, 0xF);
+    return V::isub(V::ior(low, V::isll(high, 4)), V::iset1(16));
+  } else if constexpr (D == DType::kQ2_K) {
+    return bits(V::load_u8(b + q2_k::qs + (i / 128) * 32 + i % 32), 2 * ((i % 128) / 32), 3);
+  } else if constexpr (D == DType::kQ3_K) {
+    const I low = bits(V::load_u8(b + q3_k::qs + (i / 128) * 32 + i % 32), 2 * ((i % 128) / 32), 3);
+    const I high = bits(V::load_u8(b + q3_k::hmask + i % 32), i / 32, 1);
+    return V::isub(V::ior(low, V::isll(high, 2)), V::iset1(4));
+  } else if constexpr (D == DType::kQ4_K) {
+    return bits(V::load_u8(b + q4_k::qs + (i / 64) * 32 + i % 32), 4 * ((i % 64) / 32), 0xF);
+  } else {
+    static_assert(D == DType::kQ6_K);
+    const int h = i / 128, k = i % 128;
+    const I low = bits(V::load_u8(b + q6_k::ql + h * 64 + k % 64), 4 * (k / 64), 0xF);
+    const I high = bits(V::load_u8(b + q6_k::qh + h * 32 + k % 32), 2 * (k / 32), 3);
+    return V::isub(V::ior(low, V::isll(high, 4)), V::iset1(32));
+  }
+}
+
+// Weights [i, i + kLanes) of one block from its factors (decode_factors): mul * q - sub, the two
+// roundings of dequantize_row_scalar, so the result is bit-identical to it.
+template <class V, DType D>
+[[gnu::always_inline]] inline typename V::Vec block_weights(const uint8_t* block, int i, const float* mul,
+                                                            const float* sub) {
+  constexpr int kGroup = group_elements(D);
+  typename V::Vec q;
+  if constexpr (D == DType::kQ8_0)
+    q = V::load_i8(reinterpret_cast<const int8_t*>(block + q8_0::qs) + i);
+  else
+    q = V::to_float(block_levels<V, D>(block, i));
+  return V::sub(V::mul(q, V::set1(mul[i / kGroup])), V::set1(sub[i / kGroup]));
+}
+
 // out[block_elements_of(D)] = one block's weights.
 template <class V, DType D>
 inline void dequantize_block(const uint8_t* block, float* out) {
   constexpr int kBlock = block_elements_of(D), kGroup = group_elements(D);
-  int8_t q[kBlock];
   float mul[kBlock / kGroup], sub[kBlock / kGroup];
-  decode_block(D, block, q, mul, sub);
-#pragma GCC unroll 16
-  for (int g = 0; g < kBlock / kGroup; ++g) {
-    const typename V::Vec m = V::set1(mul[g]), s = V::set1(sub[g]);
-#pragma GCC unroll 4
-    for (int i = 0; i < kGroup; i += V::kLanes)
-      V::store(out + g * kGroup + i, V::sub(V::mul(V::load_i8(q + g * kGroup + i), m), s));
-  }
+  decode_factors(D, block, mul, sub);
+#pragma GCC unroll 32
+  for (int i = 0; i < kBlock; i += V::kLanes) V::store(out + i, block_weights<V, D>(block, i, mul, sub));
 }
 
 template <class V, DType D>
@@ -232,27 +271,30 @@ void dequantize_row_block(float* out, const uint8_t* row, int64_t n, int64_t blo
   for (int64_t b = 0; b < n / kBlock; ++b) dequantize_block<V, D>(row + b * block_bytes, out + b * kBlock);
 }
 
-// out[i] = rows[i] · x for i < RB: each block of the RB rows dequantized into L1, then dot_block's FMAs.
+// out[i] = rows[i] · x for i < RB: the weights formed in registers, then dot_block's FMAs.
 template <class V, DType D, int RB>
 inline void dot_block_rows(float* out, const float* x, const uint8_t* const* rows, int64_t cols,
                            int64_t block_bytes) {
-  constexpr int kBlock = block_elements_of(D);
+  constexpr int kBlock = block_elements_of(D), kGroups = kBlock / group_elements(D);
   using Vec = typename V::Vec;
-  alignas(64) float w[RB][kBlock];
   Vec acc[RB];
 #pragma GCC unroll 8
   for (int i = 0; i < RB; ++i) acc[i] = V::zero();
   for (int64_t b = 0; b < cols / kBlock; ++b) {
+    float mul[RB][kGroups], sub[RB][kGroups];
+    const uint8_t* block[RB];
 #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i) {
-      V::prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(rows[i] + b * block_bytes) + kPrefetchBytes));
-      dequantize_block<V, D>(rows[i] + b * block_bytes, w[i]);
+      block[i] = rows[i] + b * block_bytes;
+      V::prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(block[i]) + kPrefetchBytes));
+      decode_factors(D, block[i], mul[i], sub[i]);
     }
     const float* xb = x + b * kBlock;
+#pragma GCC unroll 32
     for (int c = 0; c < kBlock; c += V::kLanes) {
       const Vec xv = V::load(xb + c);
 #pragma GCC unroll 8
-      for (int i = 0; i < RB; ++i) acc[i] = V::fmadd(V::load(w[i] + c), xv, acc[i]);
+      for (int i = 0; i < RB; ++i) acc[i] = V::fmadd(block_weights<V, D>(block[i], c, mul[i], sub[i]), xv, acc[i]);
     }
   }
 #pragma GCC unroll 8

@@ -89,44 +89,21 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
   return (low | (high << 4)) - 32;
 }
 
-// q[block_elements] = the signed levels of one block; mul/sub[block_elements / group] its factors.
-// Always inlined so that a constant dtype leaves only its own case.
-[[gnu::always_inline]] inline void decode_block(DType dtype, const uint8_t* b, int8_t* q, float* mul, float* sub) {
+// mul/sub[block_elements / group] = one block's per-group factors (the f32 products GGUF forms).
+[[gnu::always_inline]] inline void decode_factors(DType dtype, const uint8_t* b, float* mul, float* sub) {
   switch (dtype) {
     case DType::kQ8_0:
-      mul[0] = read_f16(b + q8_0::d);
-      sub[0] = 0.0f;
-      std::memcpy(q, b + q8_0::qs, 32);
-      return;
     case DType::kQ4_0:
-      mul[0] = read_f16(b + q4_0::d);
+    case DType::kQ5_0:  // d is the first field of all three
+      mul[0] = read_f16(b);
       sub[0] = 0.0f;
-      for (int j = 0; j < 16; ++j) {
-        q[j] = int8_t((b[q4_0::qs + j] & 0xF) - 8);
-        q[j + 16] = int8_t((b[q4_0::qs + j] >> 4) - 8);
-      }
       return;
-    case DType::kQ5_0: {
-      mul[0] = read_f16(b + q5_0::d);
-      sub[0] = 0.0f;
-      uint32_t qh;
-      std::memcpy(&qh, b + q5_0::qh, 4);  // little-endian, as x86
-      for (int j = 0; j < 16; ++j) {
-        q[j] = int8_t(((b[q5_0::qs + j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-        q[j + 16] = int8_t(((b[q5_0::qs + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
-      }
-      return;
-    }
     case DType::kQ2_K: {
       const float d = read_f16(b + q2_k::d), dmin = read_f16(b + q2_k::dmin);
       for (int g = 0; g < 16; ++g) {
         mul[g] = d * float(b[q2_k::scales + g] & 0xF);
         sub[g] = dmin * float(b[q2_k::scales + g] >> 4);
       }
-      // Weight h * 128 + s * 32 + l is bits 2s..2s+1 of qs[h * 32 + l].
-      for (int h = 0; h < 2; ++h)
-        for (int s = 0; s < 4; ++s)
-          for (int l = 0; l < 32; ++l) q[h * 128 + s * 32 + l] = int8_t((b[q2_k::qs + h * 32 + l] >> (2 * s)) & 3);
       return;
     }
     case DType::kQ3_K: {
@@ -135,15 +112,6 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
         mul[g] = d * float(q3_k_scale(b + q3_k::scales, g));
         sub[g] = 0.0f;
       }
-      // Weight i = h * 128 + s * 32 + l: two low bits as Q2_K, and 4 is subtracted unless bit
-      // i / 32 of hmask[l] is set.
-      for (int h = 0; h < 2; ++h)
-        for (int s = 0; s < 4; ++s)
-          for (int l = 0; l < 32; ++l) {
-            const int low = (b[q3_k::qs + h * 32 + l] >> (2 * s)) & 3;
-            const int high = (b[q3_k::hmask + l] >> (h * 4 + s)) & 1;
-            q[h * 128 + s * 32 + l] = int8_t(low - (high ? 0 : 4));
-          }
       return;
     }
     case DType::kQ4_K: {
@@ -154,6 +122,61 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
         mul[g] = d * float(scale);
         sub[g] = dmin * float(min);
       }
+      return;
+    }
+    case DType::kQ6_K: {
+      const float d = read_f16(b + q6_k::d);
+      for (int g = 0; g < 16; ++g) {
+        mul[g] = d * float(int8_t(b[q6_k::scales + g]));
+        sub[g] = 0.0f;
+      }
+      return;
+    }
+    default:
+      return;  // callers check dtype_is_block first
+  }
+}
+
+// q[block_elements] = one block's signed levels. The SIMD kernels read the same bits lane-wise
+// (matmul_simd.h, block_levels); this is their reference.
+inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      std::memcpy(q, b + q8_0::qs, 32);
+      return;
+    case DType::kQ4_0:
+      for (int j = 0; j < 16; ++j) {
+        q[j] = int8_t((b[q4_0::qs + j] & 0xF) - 8);
+        q[j + 16] = int8_t((b[q4_0::qs + j] >> 4) - 8);
+      }
+      return;
+    case DType::kQ5_0: {
+      uint32_t qh;
+      std::memcpy(&qh, b + q5_0::qh, 4);  // little-endian, as x86
+      for (int j = 0; j < 16; ++j) {
+        q[j] = int8_t(((b[q5_0::qs + j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+        q[j + 16] = int8_t(((b[q5_0::qs + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+      }
+      return;
+    }
+    case DType::kQ2_K:
+      // Weight h * 128 + s * 32 + l is bits 2s..2s+1 of qs[h * 32 + l].
+      for (int h = 0; h < 2; ++h)
+        for (int s = 0; s < 4; ++s)
+          for (int l = 0; l < 32; ++l) q[h * 128 + s * 32 + l] = int8_t((b[q2_k::qs + h * 32 + l] >> (2 * s)) & 3);
+      return;
+    case DType::kQ3_K:
+      // Weight i = h * 128 + s * 32 + l: two low bits as Q2_K, and 4 is subtracted unless bit
+      // i / 32 of hmask[l] is set.
+      for (int h = 0; h < 2; ++h)
+        for (int s = 0; s < 4; ++s)
+          for (int l = 0; l < 32; ++l) {
+            const int low = (b[q3_k::qs + h * 32 + l] >> (2 * s)) & 3;
+            const int high = (b[q3_k::hmask + l] >> (h * 4 + s)) & 1;
+            q[h * 128 + s * 32 + l] = int8_t(low - (high ? 0 : 4));
+          }
+      return;
+    case DType::kQ4_K:
       // Weights c * 64 + l and c * 64 + 32 + l are the low and high nibble of qs[c * 32 + l].
       for (int c = 0; c < 4; ++c)
         for (int l = 0; l < 32; ++l) {
@@ -161,11 +184,7 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
           q[c * 64 + 32 + l] = int8_t(b[q4_k::qs + c * 32 + l] >> 4);
         }
       return;
-    }
-    case DType::kQ6_K: {
-      const float d = read_f16(b + q6_k::d);
-      for (int g = 0; g < 16; ++g) mul[g] = d * float(int8_t(b[q6_k::scales + g]));
-      for (int g = 0; g < 16; ++g) sub[g] = 0.0f;
+    case DType::kQ6_K:
       // Weight h * 128 + k: low nibble from ql[h * 64 + k % 64] (k >= 64: high half), two high
       // bits from qh[h * 32 + k % 32] at bit 2 * (k / 32); stored with offset 32.
       for (int h = 0; h < 2; ++h)
@@ -175,10 +194,15 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
           q[h * 128 + k] = int8_t((low | (high << 4)) - 32);
         }
       return;
-    }
     default:
-      return;  // callers check dtype_is_block first
+      return;
   }
+}
+
+// q[block_elements] = the signed levels of one block; mul/sub[block_elements / group] its factors.
+inline void decode_block(DType dtype, const uint8_t* b, int8_t* q, float* mul, float* sub) {
+  decode_factors(dtype, b, mul, sub);
+  decode_levels(dtype, b, q);
 }
 
 }  // namespace

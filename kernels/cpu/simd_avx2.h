@@ -45,7 +45,22 @@ struct Avx2 {
   }
   static Vec load_bf16_tail(const uint16_t* p, int n) { return from_bf16(load_u16_tail(p, n)); }
 
-  // 8 int8 levels of a decoded block (quant_layout.h) as f32, exactly.
+  // Integer lanes for reading block-quantized levels (matmul_simd.h, block_levels).
+  using IVec = __m256i;
+  static IVec load_u8(const uint8_t* p) {  // 8 bytes, zero-extended
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static IVec iset1(int v) { return _mm256_set1_epi32(v); }
+  static IVec lane_index() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static IVec iand(IVec a, IVec b) { return _mm256_and_si256(a, b); }
+  static IVec ior(IVec a, IVec b) { return _mm256_or_si256(a, b); }
+  static IVec iadd(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
+  static IVec isub(IVec a, IVec b) { return _mm256_sub_epi32(a, b); }
+  static IVec isrl(IVec a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  static IVec isll(IVec a, int n) { return _mm256_sll_epi32(a, _mm_cvtsi32_si128(n)); }
+  static IVec isrlv(IVec a, IVec n) { return _mm256_srlv_epi32(a, n); }
+  static Vec to_float(IVec a) { return _mm256_cvtepi32_ps(a); }
+  // 8 int8 levels as f32, exactly.
   static Vec load_i8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
   }

@@ -49,7 +49,22 @@ struct Avx512 {
     return from_bf16(_mm256_maskz_loadu_epi16(mask(n), p));
   }
 
-  // 16 int8 levels of a decoded block (quant_layout.h) as f32, exactly.
+  // Integer lanes for reading block-quantized levels (matmul_simd.h, block_levels).
+  using IVec = __m512i;
+  static IVec load_u8(const uint8_t* p) {  // 16 bytes, zero-extended
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static IVec iset1(int v) { return _mm512_set1_epi32(v); }
+  static IVec lane_index() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static IVec iand(IVec a, IVec b) { return _mm512_and_si512(a, b); }
+  static IVec ior(IVec a, IVec b) { return _mm512_or_si512(a, b); }
+  static IVec iadd(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
+  static IVec isub(IVec a, IVec b) { return _mm512_sub_epi32(a, b); }
+  static IVec isrl(IVec a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  static IVec isll(IVec a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
+  static IVec isrlv(IVec a, IVec n) { return _mm512_srlv_epi32(a, n); }
+  static Vec to_float(IVec a) { return _mm512_cvtepi32_ps(a); }
+  // 16 int8 levels as f32, exactly.
   static Vec load_i8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
