@@ -118,10 +118,11 @@ int main(int argc, char** argv) {
       else touched.dense += l.dense.n_bytes();
     }
     int64_t routed_bytes = 0, route_events = 0;  // one event per (token, MoE layer)
-    model->set_route_observer([&](const RouteEvent& ev) {
+    ForwardHooks hooks;
+    hooks.route = [&](const RouteEvent& ev) {
       for (int32_t e : ev.expert_ids) routed_bytes += w.layers[size_t(ev.layer)].experts[size_t(e)].n_bytes();
       ++route_events;
-    });
+    };
 
     std::vector<float> buffer(size_t(1) << 28);  // 1 GiB, far larger than the caches
     std::fill(buffer.begin(), buffer.end(), 1.0f);
@@ -139,13 +140,13 @@ int main(int argc, char** argv) {
       auto scratch = model->make_scratch(8, kv.n_ctx());
       std::vector<float> logits(size_t(c.n_vocab));
       const std::vector<int32_t> prompt = {1, 2, 3, 4};
-      model->forward(prompt, 0, kv, *scratch, pool, logits.data(), false);
+      model->forward(prompt, 0, kv, *scratch, pool, logits.data(), false, hooks);
       routed_bytes = 0;
       route_events = 0;
       int32_t token = 5;
       const double start = now_seconds();
       for (int64_t i = 0; i < n_tokens; ++i) {
-        model->forward(std::span<const int32_t>(&token, 1), 4 + i, kv, *scratch, pool, logits.data(), false);
+        model->forward(std::span<const int32_t>(&token, 1), 4 + i, kv, *scratch, pool, logits.data(), false, hooks);
         token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       const double seconds = now_seconds() - start;

@@ -62,11 +62,13 @@ class ExpertStreamer final : public ExpertProvider {
  public:
   // Reads and checks <pack_dir>/cluster_manifest.json; sizes the cache's slots to the largest
   // expert extent. Throws Error for a budget smaller than one expert.
-  // Registers itself as the model's block observer when a prefetch mode needs it (and clears
-  // it on destruction).
-  ExpertStreamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+  ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                  const StreamerOptions& options);
   ~ExpertStreamer() override;
+
+  // The hooks a runner over this pack is made with: the streamer provides the experts and, when
+  // predicting, observes block 0. The streamer must outlive the runner.
+  ForwardHooks hooks();
 
   void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) override;
   void release(int64_t layer, std::span<const int32_t> experts) override;
@@ -94,7 +96,7 @@ class ExpertStreamer final : public ExpertProvider {
   void on_block(int64_t layer, std::span<const float> hidden, int64_t n_tokens);
   void request(std::span<const ExpertScore> scores, bool intent);
 
-  Model& model_;
+  const Model& model_;
   PackManifest manifest_;
   StreamerOptions options_;
   mutable std::mutex mutex_;  // guards cache_ and the stats below

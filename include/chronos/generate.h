@@ -53,7 +53,8 @@ using TextFn = std::function<bool(std::string_view text)>;
 class Generator {
  public:
   // On the CPU. n_ctx: positions of the KV cache; batch: tokens per prefill step.
-  Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch = 32);
+  Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch = 32,
+            ForwardHooks hooks = {});
   // On any runner (make_cuda_runner for --device cuda).
   Generator(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<ModelRunner> runner);
   ~Generator();

@@ -113,6 +113,23 @@ class ExpertProvider {
   virtual void set_compute_stream(Stream* stream) { (void)stream; }
 };
 
+// What a run reports to and asks of its caller, given to the runner when it is made (the model
+// itself holds none of it, so one loaded model serves several runs). Every member is optional.
+struct ForwardHooks {
+  TraceFn trace;        // named intermediates
+  RouteFn route;        // routing decisions
+  BlockFn block;        // residual stream after blocks 0 .. block_last_layer (on CUDA each observed
+  int64_t block_last_layer = INT64_MAX;  // block costs a device-to-host copy and a wait)
+  ExpertProvider* experts = nullptr;     // routed experts; without one they must be bound at load
+
+  bool observes_block(int64_t layer) const { return block && layer <= block_last_layer; }
+};
+
+// Hooks that observe one run together: each callback of `a` runs before the one of `b`, blocks up
+// to the later of the two last layers are observed (each callback still sees only its own range).
+// At most one of them may provide experts.
+ForwardHooks combine(const ForwardHooks& a, const ForwardHooks& b);
+
 // Counts of the MoE blocks, accumulated over forward calls that share a Scratch.
 struct MoeCounters {
   int64_t routed_pairs = 0;         // (token, selected expert) pairs
@@ -142,24 +159,10 @@ class Model {
 
   // Runs tokens at positions pos .. pos + n - 1, appending their keys/values to kv, and writes
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token. Prompts longer
-  // than the scratch batch are processed in chunks.
+  // than the scratch batch are processed in chunks. A pack's model needs hooks.experts.
   void forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& scratch,
-               ThreadPool& pool, float* logits, bool all_logits) const;
+               ThreadPool& pool, float* logits, bool all_logits, const ForwardHooks& hooks = {}) const;
 
-  void set_trace(TraceFn fn) { trace_ = std::move(fn); }
-  void set_route_observer(RouteFn fn) { route_ = std::move(fn); }
-  // Observes blocks 0 .. last_layer only (the streamer needs block 0 alone; on CUDA each observed
-  // block costs a device-to-host copy and a wait).
-  void set_block_observer(BlockFn fn, int64_t last_layer = INT64_MAX) {
-    block_ = std::move(fn);
-    block_last_layer_ = last_layer;
-  }
-  bool observes_block(int64_t layer) const { return block_ && layer <= block_last_layer_; }
-  // With a provider, routed experts come from it; without one they must be bound (checkpoint load).
-  void set_expert_provider(ExpertProvider* provider) { provider_ = provider; }
-  ExpertProvider* expert_provider() const { return provider_; }
-  const RouteFn& route_observer() const { return route_; }
-  const BlockFn& block_observer() const { return block_; }
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
   static MoeCounters& counters(Scratch& scratch);
@@ -172,17 +175,12 @@ class Model {
   void moe(int64_t il, int64_t n_tokens, Scratch& s, ThreadPool& pool) const;
   void dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,
                  ThreadPool& pool) const;
-  void trace(const char* name, int64_t layer, const float* data, int64_t n) const;
+  static void trace(const Scratch& s, const char* name, int64_t layer, const float* data, int64_t n);
 
   ModelConfig config_;
   TensorStore store_;
   ModelWeights weights_;
   ModelSizes sizes_;
-  TraceFn trace_;
-  RouteFn route_;
-  BlockFn block_;
-  int64_t block_last_layer_ = INT64_MAX;
-  ExpertProvider* provider_ = nullptr;
   bool experts_streamed_ = false;
 };
 

@@ -1,7 +1,8 @@
 // ModelRunner: where a model's forward pass runs and where its KV cache lives. The CPU runner is
 // Model::forward over a host KV cache; the CUDA runner keeps the dense weights, the KV cache and
 // every activation in VRAM and takes routed experts from the model's ExpertProvider (an
-// ExpertStreamer on the CUDA backend: slots in VRAM, filled over the copy stream).
+// ExpertStreamer on the CUDA backend: slots in VRAM, filled over the copy stream). A runner is
+// given its hooks when it is made and keeps them for its life.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +39,14 @@ class ModelRunner {
   virtual MoeCounters counters() const = 0;
 };
 
-std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch);
+std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch,
+                                             ForwardHooks hooks = {});
 
 // The CUDA runner on `backend` (a CUDA backend from make_backend). Copies the dense weights (and,
-// for a checkpoint, every routed expert) to the device; a pack folder needs the model's
-// ExpertProvider set first, and the runner makes it wait on the runner's compute stream. Throws
-// Error when this build has no CUDA backend or the device memory does not suffice.
-std::unique_ptr<ModelRunner> make_cuda_runner(Model& model, Backend& backend, int64_t n_ctx, int64_t batch);
+// for a checkpoint, every routed expert) to the device; a pack folder needs hooks.experts, which
+// the runner makes wait on its compute stream for its life. Throws Error when this build has no
+// CUDA backend or the device memory does not suffice.
+std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backend, int64_t n_ctx, int64_t batch,
+                                              ForwardHooks hooks = {});
 
 }  // namespace chronos

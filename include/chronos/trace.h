@@ -40,7 +40,7 @@ struct TraceProgress {
 // Sets the model's route and trace observers for the run (cleared after).
 // Writes <out_dir>/trace_NNNNN.ctrace files (each complete or absent, never partial). Files that
 // exist already are kept (a rerun resumes). `on_progress` is called after every prompt.
-TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std::filesystem::path& model_dir,
+TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, const std::filesystem::path& model_dir,
                             std::span<const PromptRecord> prompts, const std::filesystem::path& out_dir,
                             const TraceOptions& options, ThreadPool& pool,
                             const std::function<void(const TraceProgress&)>& on_progress);

@@ -171,9 +171,8 @@ int run_bench(const BenchArgs& args) {
     const auto streamer_owner = make_streamer(*model, dir, *backend, so, cfg.flags.expert_cache, lists.pinned_budget);
     ExpertStreamer& streamer = *streamer_owner;
     if (cfg.resident) streamer.load_all();
-    model->set_expert_provider(&streamer);
-    // After the provider: the CUDA runner hands it its compute stream.
-    const auto runner = on_cuda ? make_cuda_runner(*model, *backend, n_ctx, 32) : make_cpu_runner(*model, pool, n_ctx, 32);
+    const auto runner = on_cuda ? make_cuda_runner(*model, *backend, n_ctx, 32, streamer.hooks())
+                                : make_cpu_runner(*model, pool, n_ctx, 32, streamer.hooks());
     Result r;
     r.config = cfg;
     r.budget_bytes = cfg.resident ? streamer.n_slots() * streamer.cache().slot_bytes() : so.budget_bytes;
@@ -218,7 +217,6 @@ int run_bench(const BenchArgs& args) {
       }
       if (record_exact) exact_tokens[p] = produced;
     }
-    model->set_expert_provider(nullptr);
     r.stats = streamer.stats();
     r.copy_seconds = backend->copy_seconds() - copies_before;
     r.stats.stall_seconds -= before.stall_seconds;

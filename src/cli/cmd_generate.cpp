@@ -156,13 +156,14 @@ int run_generate(const GenerateArgs& args) {
   if (model->experts_streamed()) {
     streamer = make_streamer(*model, dir, *backend, streamer_options(streaming, model->sizes().expert_bytes),
                              streaming.expert_cache, streaming.pinned_budget);
-    model->set_expert_provider(streamer.get());
   } else if (streaming.asks_for_streaming()) {
     throw UsageError("--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
                      "folder (chronos pack)");
   }
-  Generator generator = on_cuda ? Generator(*model, tokenizer, make_cuda_runner(*model, *backend, n_ctx, args.batch_size))
-                                : Generator(*model, tokenizer, pool, n_ctx, args.batch_size);
+  const ForwardHooks hooks = streamer ? streamer->hooks() : ForwardHooks{};
+  Generator generator = on_cuda
+                            ? Generator(*model, tokenizer, make_cuda_runner(*model, *backend, n_ctx, args.batch_size, hooks))
+                            : Generator(*model, tokenizer, pool, n_ctx, args.batch_size, hooks);
   generator.stream_experts_with(streamer.get());
   const RunnerMemory memory = generator.runner().memory();
   if (on_cuda) {

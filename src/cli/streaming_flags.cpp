@@ -108,7 +108,7 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) 
   return so;
 }
 
-std::unique_ptr<ExpertStreamer> make_streamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                               const StreamerOptions& options, const std::string& expert_cache,
                                               const std::string& pinned_budget) {
   try {

@@ -45,7 +45,7 @@ std::vector<std::string> split_list(const std::string& text, const char* flag);
 StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_bytes);
 
 // An ExpertStreamer over `pack_dir`; a budget too small for one expert is reported with its flag.
-std::unique_ptr<ExpertStreamer> make_streamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                               const StreamerOptions& options, const std::string& expert_cache,
                                               const std::string& pinned_budget);
 

@@ -48,7 +48,7 @@ void check_pack_against_config(const PackManifest& m, const ModelConfig& c, cons
   }
 }
 
-ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_dir, Backend& backend,
+ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                const StreamerOptions& options)
     : model_(model), manifest_(PackManifest::load(pack_dir)), options_(options) {
   const ModelConfig& c = model.config();
@@ -69,14 +69,19 @@ ExpertStreamer::ExpertStreamer(Model& model, const std::filesystem::path& pack_d
                   pack_dir.string());
     if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert)
       throw_error("{}: the predictors were trained for another model", pack_dir.string());
-    model_.set_block_observer(
-        [this](int64_t layer, std::span<const float> hidden, int64_t n) { on_block(layer, hidden, n); }, 0);
   }
 }
 
-ExpertStreamer::~ExpertStreamer() {
-  if (predictors_) model_.set_block_observer(nullptr);
-  prefetcher_.reset();
+ExpertStreamer::~ExpertStreamer() { prefetcher_.reset(); }
+
+ForwardHooks ExpertStreamer::hooks() {
+  ForwardHooks hooks;
+  hooks.experts = this;
+  if (predictors_) {
+    hooks.block = [this](int64_t layer, std::span<const float> hidden, int64_t n) { on_block(layer, hidden, n); };
+    hooks.block_last_layer = 0;
+  }
+  return hooks;
 }
 
 void ExpertStreamer::begin_request() { intent_pending_ = options_.mode == PrefetchMode::kPredict; }

@@ -70,8 +70,9 @@ double GenerateStats::decode_tokens_per_second() const {
   return decode_seconds > 0 && generated_tokens > 1 ? double(generated_tokens - 1) / decode_seconds : 0.0;
 }
 
-Generator::Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch)
-    : Generator(model, tokenizer, make_cpu_runner(model, pool, n_ctx, batch)) {}
+Generator::Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int64_t n_ctx, int64_t batch,
+                     ForwardHooks hooks)
+    : Generator(model, tokenizer, make_cpu_runner(model, pool, n_ctx, batch, std::move(hooks))) {}
 
 Generator::Generator(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<ModelRunner> runner)
     : model_(model), tokenizer_(tokenizer), runner_(std::move(runner)), n_ctx_(runner_->n_ctx()),

@@ -50,11 +50,10 @@ std::vector<PromptRecord> read_prompts_jsonl(const std::filesystem::path& path) 
   return prompts;
 }
 
-TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std::filesystem::path& model_dir,
+TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, const std::filesystem::path& model_dir,
                             std::span<const PromptRecord> prompts, const std::filesystem::path& out_dir,
                             const TraceOptions& options, ThreadPool& pool,
                             const std::function<void(const TraceProgress&)>& on_progress) {
-  // The observers are set for the duration of the run and cleared after.
   const ModelConfig& c = model.config();
   TraceHeader header;
   header.fingerprint = model_fingerprint(model_dir);
@@ -75,22 +74,16 @@ TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std:
   std::vector<std::vector<int32_t>> ids_by_layer(header.moe_layers.size());
   std::vector<std::vector<uint16_t>> probs_by_layer(header.moe_layers.size());
   std::vector<uint16_t> h0;
-  model.set_route_observer([&](const RouteEvent& ev) {
+  ForwardHooks hooks;
+  hooks.route = [&](const RouteEvent& ev) {
     const int32_t m = moe_index[size_t(ev.layer)];
     for (int32_t id : ev.expert_ids) ids_by_layer[size_t(m)].push_back(id);
     for (float p : ev.probs) probs_by_layer[size_t(m)].push_back(f32_to_f16(p));
-  });
-  model.set_trace([&](const char* name, int64_t layer, std::span<const float> values) {
-    if (layer == 0 && std::string_view(name) == "layer_out")
-      for (float v : values) h0.push_back(f32_to_f16(v));
-  });
-  struct ClearObservers {
-    Model& m;
-    ~ClearObservers() {
-      m.set_route_observer(nullptr);
-      m.set_trace(nullptr);
-    }
-  } clear{model};
+  };
+  hooks.block = [&](int64_t, std::span<const float> hidden, int64_t) {
+    for (float v : hidden) h0.push_back(f32_to_f16(v));
+  };
+  hooks.block_last_layer = 0;
 
   // Every prompt must fit with room for at least one generated token; checked before anything is
   // traced, so a long run does not stop half-way (and no prompt is silently cut).
@@ -105,7 +98,7 @@ TraceProgress record_traces(Model& model, const Tokenizer& tokenizer, const std:
 
   TraceProgress progress;
   progress.prompts_total = std::ssize(prompts);
-  Generator generator(model, tokenizer, pool, options.n_ctx);
+  Generator generator(model, tokenizer, pool, options.n_ctx, 32, hooks);
   const int64_t k = c.n_expert_used, E = c.n_expert, d = c.n_embd;
   for (int64_t first = 0; first < std::ssize(prompts); first += options.prompts_per_file) {
     const int64_t count = std::min(options.prompts_per_file, std::ssize(prompts) - first);

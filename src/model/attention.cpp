@@ -82,7 +82,7 @@ void Model::attention(int64_t il, int64_t n, int64_t pos, KvCache& kv, Scratch& 
     std::copy(k, k + kv_dim, kv.k(il, pos + t));
     std::copy(v, v + kv_dim, kv.v(il, pos + t));
   }
-  trace("q_rope", il, s.q.data(), n * q_dim);
+  trace(s, "q_rope", il, s.q.data(), n * q_dim);
 
   // Query head h reads kv head h / (n_head / n_head_kv). Token t sees positions <= pos + t, and
   // with a sliding window W only the last W of them.

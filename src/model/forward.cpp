@@ -68,17 +68,55 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
 
 MoeCounters& Model::counters(Scratch& scratch) { return scratch.counters; }
 
-void Model::trace(const char* name, int64_t layer, const float* data, int64_t n) const {
-  if (trace_) trace_(name, layer, std::span<const float>(data, size_t(n)));
+ForwardHooks combine(const ForwardHooks& a, const ForwardHooks& b) {
+  CHRONOS_CHECK_MSG(a.experts == nullptr || b.experts == nullptr, "two expert providers for one run");
+  ForwardHooks out;
+  out.experts = a.experts != nullptr ? a.experts : b.experts;
+  if (a.trace && b.trace) {
+    out.trace = [a = a.trace, b = b.trace](const char* name, int64_t layer, std::span<const float> values) {
+      a(name, layer, values);
+      b(name, layer, values);
+    };
+  } else {
+    out.trace = a.trace ? a.trace : b.trace;
+  }
+  if (a.route && b.route) {
+    out.route = [a = a.route, b = b.route](const RouteEvent& ev) {
+      a(ev);
+      b(ev);
+    };
+  } else {
+    out.route = a.route ? a.route : b.route;
+  }
+  if (a.block && b.block) {
+    out.block = [a, b](int64_t layer, std::span<const float> hidden, int64_t n) {
+      if (a.observes_block(layer)) a.block(layer, hidden, n);
+      if (b.observes_block(layer)) b.block(layer, hidden, n);
+    };
+    out.block_last_layer = std::max(a.block_last_layer, b.block_last_layer);
+  } else {
+    out.block = a.block ? a.block : b.block;
+    out.block_last_layer = a.block ? a.block_last_layer : b.block_last_layer;
+  }
+  return out;
+}
+
+void Model::trace(const Scratch& s, const char* name, int64_t layer, const float* data, int64_t n) {
+  if (s.hooks->trace) s.hooks->trace(name, layer, std::span<const float>(data, size_t(n)));
 }
 
 void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
-                    float* logits, bool all_logits) const {
+                    float* logits, bool all_logits, const ForwardHooks& hooks) const {
   const int64_t n = std::ssize(tokens);
   CHRONOS_CHECK(n > 0);
-  CHRONOS_CHECK_MSG(!experts_streamed_ || provider_ != nullptr, "streamed experts need an ExpertProvider");
+  CHRONOS_CHECK_MSG(!experts_streamed_ || hooks.experts != nullptr, "streamed experts need an ExpertProvider");
   if (pos + n > kv.n_ctx() || pos + n > s.n_ctx)
     throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), s.n_ctx));
+  s.hooks = &hooks;
+  struct ClearHooks {
+    Scratch& s;
+    ~ClearHooks() { s.hooks = nullptr; }
+  } clear{s};
   for (int64_t begin = 0; begin < n; begin += s.max_batch) {
     const int64_t count = std::min(s.max_batch, n - begin);
     const bool last = begin + count == n;
@@ -107,18 +145,18 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
     for (int64_t t = 0; t < n; ++t)
       ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.attn_norm.data(), d, c.rms_norm_eps);
     attention(il, n, pos, kv, s, pool);  // s.ffn_out <- attention output [n, n_embd]
-    trace("attn_out", il, s.ffn_out.data(), n * d);
+    trace(s, "attn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
 
     for (int64_t t = 0; t < n; ++t)
       ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.ffn_norm.data(), d, c.rms_norm_eps);
     if (layer.is_moe) moe(il, n, s, pool);
     else dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool);
-    trace("ffn_out", il, s.ffn_out.data(), n * d);
+    trace(s, "ffn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
-    trace("layer_out", il, s.x.data(), n * d);
+    trace(s, "layer_out", il, s.x.data(), n * d);
     if (first_bad == -2 && !ops::all_finite(last_row, d)) first_bad = il;
-    if (observes_block(il)) block_(il, std::span<const float>(s.x.data(), size_t(n * d)), n);
+    if (s.hooks->observes_block(il)) s.hooks->block(il, std::span<const float>(s.x.data(), size_t(n * d)), n);
   }
   if (logits == nullptr) return;
   // Only the rows whose logits are wanted go through the final norm and the LM head.

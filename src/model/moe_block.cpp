@@ -24,6 +24,8 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[size_t(il)];
   const int64_t d = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used, n_ff = c.n_ff_expert;
+  const RouteFn& route = s.hooks->route;
+  ExpertProvider* provider = s.hooks->experts;
 
   // Router: probabilities over experts, top-k, optional renormalization.
   ops::matmul(s.router.data(), s.xn.data(), l.router, n, pool);  // [n, n_expert]
@@ -35,9 +37,9 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
     float* w = s.top_w.data() + t * k;
     ops::top_k(ids, w, probs, n_exp, k, c.norm_topk_prob);
     for (int64_t j = 0; j < k; ++j) ++s.fill[size_t(ids[j])];
-    if (route_) route_(RouteEvent{il, t, {ids, size_t(k)}, {w, size_t(k)}, {probs, size_t(n_exp)}});
+    if (route) route(RouteEvent{il, t, {ids, size_t(k)}, {w, size_t(k)}, {probs, size_t(n_exp)}});
   }
-  trace("router_probs", il, s.router.data(), n * n_exp);
+  trace(s, "router_probs", il, s.router.data(), n * n_exp);
 
   // Group the (token, expert) pairs by expert: rows expert_rows[e] .. expert_rows[e+1] of ff_in.
   s.expert_rows[0] = 0;
@@ -69,14 +71,14 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   // provider), so a provider with fewer slots than the step's distinct experts still works.
   // Within a wave, work items are (expert, chunk of rows): one pool dispatch computes gate and up of
   // every expert of the wave, a second computes down. Small and large experts both spread over threads.
-  const size_t wave = provider_ != nullptr ? std::max<size_t>(1, provider_->max_experts_per_acquire()) : s.active.size();
+  const size_t wave = provider != nullptr ? std::max<size_t>(1, provider->max_experts_per_acquire()) : s.active.size();
   bool any_missing = false;
   for (size_t first = 0; first < s.active.size(); first += wave) {
     const size_t count = std::min(wave, s.active.size() - first);
     const std::span<const int32_t> wave_ids(s.active.data() + first, count);
     const std::span<const FfnWeights*> wave_views = views.subspan(first, count);
-    if (provider_ != nullptr) {
-      provider_->acquire(il, wave_ids, wave_views);
+    if (provider != nullptr) {
+      provider->acquire(il, wave_ids, wave_views);
     } else {
       for (size_t i = 0; i < count; ++i) wave_views[i] = &l.experts[size_t(wave_ids[i])];
     }
@@ -113,7 +115,7 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
       const int64_t r0 = s.expert_rows[size_t(item.expert)], rows = s.expert_rows[size_t(item.expert + 1)] - r0;
       ops::matmul_rows(s.ff_down.data() + r0 * d, s.ff_gate.data() + r0 * n_ff, ex.down, rows, item.row_begin, item.row_end);
     });
-    if (provider_ != nullptr) provider_->release(il, wave_ids);
+    if (provider != nullptr) provider->release(il, wave_ids);
   }
 
   // Weighted sum per token; rows are in expert order, so the reduction order is fixed.

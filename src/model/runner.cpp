@@ -12,11 +12,15 @@ namespace {
 
 class CpuRunner final : public ModelRunner {
  public:
-  CpuRunner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch)
-      : model_(model), pool_(pool), kv_(model.config(), n_ctx), scratch_(model.make_scratch(batch, n_ctx)) {}
+  CpuRunner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch, ForwardHooks hooks)
+      : model_(model), pool_(pool), hooks_(std::move(hooks)), kv_(model.config(), n_ctx),
+        scratch_(model.make_scratch(batch, n_ctx)) {
+    if (model.experts_streamed() && hooks_.experts == nullptr)
+      throw_error("a pack folder's experts need an expert streamer");
+  }
   std::string device() const override { return "cpu"; }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    model_.forward(tokens, pos, kv_, *scratch_, pool_, logits, all_logits);
+    model_.forward(tokens, pos, kv_, *scratch_, pool_, logits, all_logits, hooks_);
   }
   int64_t n_ctx() const override { return kv_.n_ctx(); }
   RunnerMemory memory() const override {
@@ -35,19 +39,21 @@ class CpuRunner final : public ModelRunner {
  private:
   const Model& model_;
   ThreadPool& pool_;
+  ForwardHooks hooks_;
   KvCache kv_;
   Model::ScratchPtr scratch_;
 };
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch) {
-  return std::make_unique<CpuRunner>(model, pool, n_ctx, batch);
+std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch,
+                                             ForwardHooks hooks) {
+  return std::make_unique<CpuRunner>(model, pool, n_ctx, batch, std::move(hooks));
 }
 
 #if !CHRONOS_HAVE_CUDA
-std::unique_ptr<ModelRunner> make_cuda_runner(Model&, Backend&, int64_t, int64_t) {
-  throw_error("--device cuda: this chronos was built without the CUDA backend (rebuild with -DCHRONOS_CUDA=ON)");
+std::unique_ptr<ModelRunner> make_cuda_runner(const Model&, Backend&, int64_t, int64_t, ForwardHooks) {
+  throw_error("this chronos was built without the CUDA backend (rebuild with -DCHRONOS_CUDA=ON)");
 }
 #endif
 

@@ -10,6 +10,7 @@ namespace chronos {
 struct Model::Scratch {
   int64_t max_batch = 0;
   int64_t n_ctx = 0;
+  const ForwardHooks* hooks = nullptr;  // the running forward call's (set for its duration)
   std::vector<float> x;          // [max_batch, n_embd] residual stream
   std::vector<float> xn;         // [max_batch, n_embd] normed input of a sub-block
   std::vector<float> q;          // [max_batch, q_dim]

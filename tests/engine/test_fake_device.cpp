@@ -195,10 +195,9 @@ class FakeDeviceStreaming : public ::testing::Test {
     options.ignore_eos = true;
     if (backend != nullptr) {
       streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
-      model->set_expert_provider(streamer.get());
-      options.on_step = [&](int64_t) { streamer->begin_step(); };
     }
-    Generator generator(*model, tokenizer, pool, 96, 8);
+    Generator generator(*model, tokenizer, pool, 96, 8, streamer ? streamer->hooks() : ForwardHooks{});
+    generator.stream_experts_with(streamer.get());
     const auto prompt = tokenizer.encode("The river keeps its own time, and the mill", true);
     const auto result = generator.generate(prompt, options, [](std::string_view) { return true; });
     if (stats != nullptr && streamer) *stats = streamer->stats();

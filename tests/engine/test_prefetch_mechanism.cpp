@@ -56,12 +56,14 @@ class Session {
     if (streaming != nullptr) {
       backend_ = make_cpu_backend();
       streamer_ = std::make_unique<ExpertStreamer>(*model_, dir, *backend_, *streaming);
-      model_->set_expert_provider(streamer_.get());
     }
-    generator_ = std::make_unique<Generator>(*model_, tokenizer_, pool_, 256, batch);
+    // Wired as the CLI wires it: the runner gets the streamer's hooks, the generator drives it.
+    generator_ = std::make_unique<Generator>(*model_, tokenizer_, pool_, 256, batch,
+                                             streamer_ ? streamer_->hooks() : ForwardHooks{});
+    generator_->stream_experts_with(streamer_.get());
   }
 
-  // Greedy tokens of `prompt`; `before_step` (if set) sees every forward step before the streamer does.
+  // Greedy tokens of `prompt`; `before_step` (if set) sees every forward step after the streamer begins it.
   std::vector<int32_t> run(const std::string& prompt, int64_t n_tokens,
                            const std::function<void(int64_t pos)>& before_step = {}) {
     GenerateOptions options;
@@ -69,10 +71,6 @@ class Session {
     options.ignore_eos = true;
     options.on_step = [&](int64_t pos) {
       if (before_step) before_step(pos);
-      if (streamer_) {
-        if (pos == 0) streamer_->begin_request();
-        streamer_->begin_step();
-      }
     };
     return generator_->generate(tokenizer_.encode(prompt, true), options, [](std::string_view) { return true; }).tokens;
   }
@@ -488,7 +486,7 @@ TEST_F(PrefetchMechanism, APredictedExpertOutlivesDemandLoadsUntilItsStepThenGoe
   streamer.begin_step();
   const int64_t s = streamer.step();
   const std::vector<float> h0(size_t(model->config().n_embd), 0.25f);
-  model->block_observer()(0, h0, 1);
+  streamer.hooks().block(0, h0, 1);
   EXPECT_EQ(streamer.stats().predicted, 8);
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (streamer.stats().prefetch.reads < 8 && std::chrono::steady_clock::now() < deadline)

@@ -71,13 +71,10 @@ class Streaming : public ::testing::TestWithParam<const char*> {
     if (streaming != nullptr) {
       backend = make_cpu_backend();
       streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, *streaming);
-      model->set_expert_provider(streamer.get());
-      options.on_step = [&](int64_t pos) {  // as the CLI drives it
-        if (pos == 0) streamer->begin_request();
-        streamer->begin_step();
-      };
     }
-    Generator generator(*model, tokenizer, pool, 128, 8);
+    // As the CLI wires it: the runner gets the streamer's hooks, the generator drives the streamer.
+    Generator generator(*model, tokenizer, pool, 128, 8, streamer ? streamer->hooks() : ForwardHooks{});
+    generator.stream_experts_with(streamer.get());
     const auto prompt = tokenizer.encode("The river keeps its own time, and the mill", true);
     const GenerateStats result = generator.generate(prompt, options, [](std::string_view) { return true; });
     if (stats != nullptr && streamer) *stats = streamer->stats();

@@ -61,30 +61,28 @@ int64_t first_moe_layer(const ModelConfig& c) {
   return -1;
 }
 
-Capture run(Model& model, ExpertProvider* provider, const std::vector<int32_t>& tokens) {
+Capture run(const Model& model, ExpertProvider* provider, const std::vector<int32_t>& tokens) {
   const ModelConfig& c = model.config();
   const int64_t moe_layer = first_moe_layer(c);
   Capture cap;
   cap.ids.resize(tokens.size());
   cap.weights.resize(tokens.size());
-  model.set_expert_provider(provider);
-  model.set_trace([&](const char* name, int64_t layer, std::span<const float> values) {
+  ForwardHooks hooks;
+  hooks.experts = provider;
+  hooks.trace = [&](const char* name, int64_t layer, std::span<const float> values) {
     if (layer == moe_layer && std::string(name) == "ffn_out") cap.ffn_out.assign(values.begin(), values.end());
-  });
-  model.set_route_observer([&](const RouteEvent& ev) {
+  };
+  hooks.route = [&](const RouteEvent& ev) {
     if (ev.layer != moe_layer) return;
     cap.ids[size_t(ev.token_index)].assign(ev.expert_ids.begin(), ev.expert_ids.end());
     cap.weights[size_t(ev.token_index)].assign(ev.weights.begin(), ev.weights.end());
-  });
+  };
   ThreadPool pool(2);
   KvCache kv(c, 32);
   auto scratch = model.make_scratch(16, 32);
   cap.logits.resize(size_t(c.n_vocab));
-  model.forward(tokens, 0, kv, *scratch, pool, cap.logits.data(), false);
+  model.forward(tokens, 0, kv, *scratch, pool, cap.logits.data(), false, hooks);
   cap.counters = Model::counters(*scratch);
-  model.set_expert_provider(nullptr);
-  model.set_trace(nullptr);
-  model.set_route_observer(nullptr);
   return cap;
 }
 

@@ -55,12 +55,12 @@ struct DeviceLayer {
 
 class CudaRunner final : public ModelRunner {
  public:
-  CudaRunner(Model& model, Backend& backend, int64_t n_ctx, int64_t batch)
-      : model_(model), cfg_(model.config()), backend_(dynamic_cast<CudaBackend&>(backend)), n_ctx_(n_ctx),
-        batch_(batch) {
+  CudaRunner(const Model& model, Backend& backend, int64_t n_ctx, int64_t batch, ForwardHooks hooks)
+      : model_(model), cfg_(model.config()), backend_(dynamic_cast<CudaBackend&>(backend)), hooks_(std::move(hooks)),
+        n_ctx_(n_ctx), batch_(batch) {
     CHRONOS_CHECK(n_ctx > 0 && batch > 0);
-    if (model.experts_streamed() && model.expert_provider() == nullptr)
-      throw_error("--device cuda: a pack folder's experts need an expert streamer");
+    if (model.experts_streamed() && hooks_.experts == nullptr)
+      throw_error("a pack folder's experts need an expert streamer");
     backend_.make_current();
     compute_ = backend_.create_stream();
     stream_ = cuda_stream_of(*compute_);
@@ -68,7 +68,7 @@ class CudaRunner final : public ModelRunner {
     blas_ = std::make_unique<cuda::Blas>();
     upload_weights();
     allocate_workspace();
-    if (ExpertProvider* provider = model.expert_provider()) provider->set_compute_stream(compute_.get());
+    if (hooks_.experts != nullptr) hooks_.experts->set_compute_stream(compute_.get());
     const CudaDeviceInfo info = backend_.info();
     spdlog::info("{}: dense weights {:.1f} MiB, experts {:.1f} MiB, KV cache {:.1f} MiB, workspace {:.1f} MiB in "
                  "VRAM; {:.1f} GiB left free",
@@ -77,7 +77,7 @@ class CudaRunner final : public ModelRunner {
   }
 
   ~CudaRunner() override {
-    if (ExpertProvider* provider = model_.expert_provider()) provider->set_compute_stream(nullptr);
+    if (hooks_.experts != nullptr) hooks_.experts->set_compute_stream(nullptr);
     cudaSetDevice(backend_.ordinal());
     cudaStreamSynchronize(stream_);  // shutdown: nothing may still read what is freed below
     for (Buffer& b : device_buffers_) backend_.free_device(b);
@@ -306,10 +306,10 @@ class CudaRunner final : public ModelRunner {
       if (c.layer_is_moe[size_t(il)]) moe(il, n);
       else ffn(l.dense, n, xn_, ffn_out_);
       cuda::add(x_, ffn_out_, n * d, stream_);
-      if (model_.observes_block(il)) {
+      if (hooks_.observes_block(il)) {
         to_host(host_hidden_, x_, n * d * int64_t(sizeof(float)));
         wait_for_host_copies();
-        model_.block_observer()(il, std::span<const float>(host_hidden_, size_t(n * d)), n);
+        hooks_.block(il, std::span<const float>(host_hidden_, size_t(n * d)), n);
       }
     }
     if (logits == nullptr) {
@@ -377,14 +377,14 @@ class CudaRunner final : public ModelRunner {
     const ModelConfig& c = cfg_;
     const DeviceLayer& l = layers_[size_t(il)];
     const int64_t d = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used, n_ff = c.n_ff_expert, rows = n * k;
-    ExpertProvider* provider = model_.expert_provider();
+    ExpertProvider* provider = hooks_.experts;
 
     // Router on the device; the host needs the selection to pick expert slots.
     project(router_, xn_, l.router, n);
     cuda::router_topk(top_ids_, top_w_, router_, router_, n, n_exp, k, c.norm_topk_prob, stream_);
     to_host(host_top_ids_, top_ids_, rows * int64_t(sizeof(int32_t)));
     to_host(host_top_w_, top_w_, rows * int64_t(sizeof(float)));
-    const RouteFn& route = model_.route_observer();
+    const RouteFn& route = hooks_.route;
     if (route) to_host(host_probs_, router_, n * n_exp * int64_t(sizeof(float)));
     wait_for_host_copies();
     if (route) {
@@ -482,9 +482,10 @@ class CudaRunner final : public ModelRunner {
     cuda::moe_combine(ffn_out_, ff_down_, token_rows_, top_w_, missing_, shared, gate_logit, n, k, d, stream_);
   }
 
-  Model& model_;
+  const Model& model_;
   const ModelConfig& cfg_;
   CudaBackend& backend_;
+  ForwardHooks hooks_;
   int64_t n_ctx_, batch_;
   std::unique_ptr<Stream> compute_;
   cudaStream_t stream_ = nullptr;
@@ -523,10 +524,11 @@ class CudaRunner final : public ModelRunner {
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> make_cuda_runner(Model& model, Backend& backend, int64_t n_ctx, int64_t batch) {
+std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backend, int64_t n_ctx, int64_t batch,
+                                              ForwardHooks hooks) {
   if (dynamic_cast<CudaBackend*>(&backend) == nullptr)
     throw_error("the CUDA runner needs the CUDA backend (got {})", backend.name());
-  return std::make_unique<CudaRunner>(model, backend, n_ctx, batch);
+  return std::make_unique<CudaRunner>(model, backend, n_ctx, batch, std::move(hooks));
 }
 
 }  // namespace chronos
