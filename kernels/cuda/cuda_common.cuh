@@ -1,4 +1,4 @@
-// Shared pieces of the CUDA kernels: the launch check, grid sizing, warp and block reductions, the
+// Shared pieces of the CUDA kernels: the launch check (cuda_check.h), grid sizing, warp and block reductions, the
 // dtype dispatch of weight loads, and the warp-per-row dot product that matvec and the MoE expert
 // kernels share (each weight row is read once for up to kTokenGroup activation rows).
 #pragma once
@@ -18,6 +18,7 @@
 
 #include "chronos/error.h"
 #include "chronos/ops.h"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.h"
 
 namespace chronos::cuda {
@@ -31,20 +32,6 @@ template <typename... Args>
 [[noreturn]] void throw_cuda_error(const char* format, Args&&... args) {
   throw Error(fmt::format(fmt::runtime(format), std::forward<Args>(args)...));
 }
-
-// Throws Error naming the op when the launch just queued failed (bad configuration, no device).
-// Completion is not checked: that would need a synchronize, which the engine never does here.
-inline void check_launch(const char* op) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess) throw_cuda_error("CUDA {}: launch failed: {}", op, cudaGetErrorString(status));
-}
-
-// Same for a runtime call that returns a status (cudaMemcpyAsync ...).
-inline void check_cuda(cudaError_t status, const char* op) {
-  if (status != cudaSuccess) throw_cuda_error("CUDA {}: {}", op, cudaGetErrorString(status));
-}
-
-#define CHRONOS_CUDA_CHECK_LAUNCH(op) ::chronos::cuda::check_launch(op)
 
 // Blocks for a grid-stride loop over n items: enough to fill any current GPU, never more than the
 // items need. n > 0.

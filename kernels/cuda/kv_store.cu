@@ -9,8 +9,8 @@ void kv_store(float* k_cache, float* v_cache, const float* k, const float* v, in
               int64_t pos0, cudaStream_t stream) {
   if (n_tokens <= 0 || kv_dim <= 0) return;
   const size_t bytes = size_t(n_tokens * kv_dim) * sizeof(float);
-  check_cuda(cudaMemcpyAsync(k_cache + pos0 * kv_dim, k, bytes, cudaMemcpyDeviceToDevice, stream), "kv_store (k)");
-  check_cuda(cudaMemcpyAsync(v_cache + pos0 * kv_dim, v, bytes, cudaMemcpyDeviceToDevice, stream), "kv_store (v)");
+  CHRONOS_CUDA_CHECK(cudaMemcpyAsync(k_cache + pos0 * kv_dim, k, bytes, cudaMemcpyDeviceToDevice, stream));
+  CHRONOS_CUDA_CHECK(cudaMemcpyAsync(v_cache + pos0 * kv_dim, v, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace chronos::cuda

@@ -50,16 +50,8 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   s->router.resize(size_t(max_batch * std::max<int64_t>(c.n_expert, 1)));
   s->top_ids.resize(size_t(slots));
   s->top_w.resize(size_t(slots));
-  s->expert_rows.resize(size_t(c.n_expert + 1));
-  s->row_token.resize(size_t(slots));
-  s->row_weight.resize(size_t(slots));
-  s->fill.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
+  s->plan = MoePlan(c, max_batch);
   s->items.reserve(size_t(std::max<int64_t>(c.n_expert, 1) * 64));
-  s->active.reserve(size_t(c.n_expert));
-  s->views.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
-  s->missing.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
-  s->missing_mass.resize(size_t(max_batch));
-  s->total_mass.resize(size_t(max_batch));
   s->logits.resize(size_t(c.n_vocab));
 
   rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);

@@ -29,7 +29,7 @@ class CpuRunner final : public ModelRunner {
     const Model::Scratch& s = *scratch_;
     int64_t floats = 0;
     for (const auto* v : {&s.x, &s.xn, &s.q, &s.k, &s.v, &s.attn, &s.ffn_out, &s.ff_gate, &s.ff_up, &s.ff_in,
-                          &s.ff_down, &s.router, &s.row_weight, &s.rope_cos, &s.rope_sin, &s.logits})
+                          &s.ff_down, &s.router, &s.rope_cos, &s.rope_sin, &s.logits})
       floats += std::ssize(*v);
     m.workspace_bytes = floats * int64_t(sizeof(float));
     return m;

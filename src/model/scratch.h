@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "chronos/model.h"
+#include "model/moe_plan.h"
 
 namespace chronos {
 
@@ -25,17 +26,12 @@ struct Model::Scratch {
   std::vector<float> router;     // [max_batch, n_expert] logits, then probabilities
   std::vector<int32_t> top_ids;  // [max_batch, n_expert_used]
   std::vector<float> top_w;      // [max_batch, n_expert_used]
-  std::vector<int32_t> expert_rows;   // [n_expert + 1] row offsets per expert in ff_in
-  std::vector<int32_t> row_token;     // [max_batch * n_expert_used] token of each gathered row
-  std::vector<float> row_weight;      // [max_batch * n_expert_used]
-  std::vector<int32_t> fill;          // [n_expert]
-  struct WorkItem { int32_t expert, row_begin, row_end; };
-  std::vector<WorkItem> items;        // capacity n_expert * 64: (expert, row range) tasks
-  std::vector<int32_t> active;        // [n_expert] distinct experts selected in this step
-  std::vector<const FfnWeights*> views;  // [n_expert] their weights (nullptr: missing)
-  std::vector<uint8_t> missing;       // [n_expert] 1 when the selected expert is missing
-  std::vector<float> missing_mass;    // [max_batch] routing weight of missing experts per token
-  std::vector<float> total_mass;      // [max_batch] routing weight of all selected experts per token
+  MoePlan plan;                  // the MoE block's host bookkeeping (grouping, waves, missing mass)
+  struct WorkItem {
+    int32_t expert, row_begin, row_end;
+    const FfnWeights* weights;
+  };
+  std::vector<WorkItem> items;   // capacity n_expert * 64: (expert, row range) tasks
   MoeCounters counters;
   std::vector<float> rope_cos;   // [n_ctx, n_rot / 2]
   std::vector<float> rope_sin;   // [n_ctx, n_rot / 2]

@@ -95,6 +95,48 @@ TEST_P(CudaParity, LogitsMatchTheCpuRunner) {
   }
 }
 
+// The CUDA runner reports the CPU forward's named intermediates (same names, same layers, same
+// order), so a first GPU run can be diffed tensor by tensor; and the values agree (f32 weights,
+// matvec path: the logits' 1e-3 bound holds for every intermediate of these fixtures too).
+TEST(CudaTraces, SameNamedTensorsAsTheCpuForward) {
+  REQUIRE_CUDA(backend);
+  for (const char* name : {"qwen2_moe-f32", "olmoe-f32"}) {
+    auto model = Model::load(fixture(name));
+    struct Traced {
+      std::string name;
+      int64_t layer;
+      std::vector<float> values;
+    };
+    auto recorder = [](std::vector<Traced>& out) {
+      ForwardHooks hooks;
+      hooks.trace = [&out](const char* n, int64_t layer, std::span<const float> values) {
+        out.push_back({n, layer, {values.begin(), values.end()}});
+      };
+      return hooks;
+    };
+    std::vector<Traced> cpu_traces, gpu_traces;
+    ThreadPool pool(2);
+    auto cpu = make_cpu_runner(*model, pool, 32, 8, recorder(cpu_traces));
+    auto gpu = make_cuda_runner(*model, *backend, 32, 8, recorder(gpu_traces));
+    const std::vector<int32_t> prompt = {3, 17, 5, 29, 11};
+    std::vector<float> logits(size_t(model->config().n_vocab));
+    cpu->forward(prompt, 0, logits.data(), false);
+    gpu->forward(prompt, 0, logits.data(), false);
+    ASSERT_FALSE(cpu_traces.empty());
+    ASSERT_EQ(gpu_traces.size(), cpu_traces.size()) << name;
+    for (size_t i = 0; i < cpu_traces.size(); ++i) {
+      const Traced &want = cpu_traces[i], &got = gpu_traces[i];
+      ASSERT_EQ(got.name, want.name) << name << " trace " << i;
+      ASSERT_EQ(got.layer, want.layer) << name << " " << want.name;
+      ASSERT_EQ(got.values.size(), want.values.size()) << name << " " << want.name << " layer " << want.layer;
+      double worst = 0;
+      for (size_t j = 0; j < want.values.size(); ++j)
+        worst = std::max(worst, double(std::fabs(got.values[j] - want.values[j])));
+      EXPECT_LE(worst, 1e-3) << name << " " << want.name << " layer " << want.layer;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity,
                          ::testing::Values("mixtral-f32", "mixtral-bf16", "mixtral-tied-f32", "qwen2_moe-f32",
                                            "qwen2_moe-bf16", "qwen3_moe-f32", "qwen3_moe-bf16", "olmoe-f32",

@@ -14,23 +14,27 @@
 
 namespace chronos {
 
-void cuda_check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw_error("CUDA: {}: {}", what, cudaGetErrorString(status));
+void cuda_copy_async(Stream& stream, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  CHRONOS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream_of(stream)));
+}
+
+void cuda_upload(void* device_dst, const void* host_src, size_t bytes) {
+  CHRONOS_CUDA_CHECK(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
 }
 
 namespace {
 
 class CudaEvent final : public Event {
  public:
-  CudaEvent() { cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate"); }
+  CudaEvent() { CHRONOS_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
   ~CudaEvent() override { cudaEventDestroy(event_); }
   bool query() const override {
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaErrorNotReady) return false;
-    cuda_check(status, "cudaEventQuery");
+    CHRONOS_CUDA_CHECK(status);
     return true;  // never recorded, or everything recorded before it has run
   }
-  void wait() const override { cuda_check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  void wait() const override { CHRONOS_CUDA_CHECK(cudaEventSynchronize(event_)); }
   cudaEvent_t handle() const { return event_; }
 
  private:
@@ -47,8 +51,8 @@ void run_host_task(void* data) {
 class CudaStream final : public Stream {
  public:
   explicit CudaStream(int ordinal) : ordinal_(ordinal) {
-    cuda_check(cudaSetDevice(ordinal_), "cudaSetDevice");
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    CHRONOS_CUDA_CHECK(cudaSetDevice(ordinal_));
+    CHRONOS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~CudaStream() override {
     cudaStreamSynchronize(stream_);
@@ -58,15 +62,15 @@ class CudaStream final : public Stream {
     auto* heap = new std::function<void()>(std::move(task));
     const cudaError_t status = cudaLaunchHostFunc(stream_, run_host_task, heap);
     if (status != cudaSuccess) delete heap;
-    cuda_check(status, "cudaLaunchHostFunc");
+    CHRONOS_CUDA_CHECK(status);
   }
   void record(Event& event) override {
-    cuda_check(cudaEventRecord(cuda_event_of(event), stream_), "cudaEventRecord");
+    CHRONOS_CUDA_CHECK(cudaEventRecord(cuda_event_of(event), stream_));
   }
   void wait_event(const Event& event) override {
-    cuda_check(cudaStreamWaitEvent(stream_, cuda_event_of(event), 0), "cudaStreamWaitEvent");
+    CHRONOS_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda_event_of(event), 0));
   }
-  void synchronize() override { cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void synchronize() override { CHRONOS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t handle() const { return stream_; }
 
  private:
@@ -80,17 +84,17 @@ class CudaBackendImpl final : public CudaBackend {
   std::string name() const override { return fmt::format("cuda:{}", ordinal_); }
   bool staging_is_device() const override { return false; }
   int ordinal() const override { return ordinal_; }
-  void make_current() const override { cuda_check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+  void make_current() const override { CHRONOS_CUDA_CHECK(cudaSetDevice(ordinal_)); }
   CudaDeviceInfo info() const override {
     make_current();
     cudaDeviceProp prop{};
-    cuda_check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
+    CHRONOS_CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
     CudaDeviceInfo out;
     out.ordinal = ordinal_;
     out.name = prop.name;
     out.sm_major = prop.major;
     out.sm_minor = prop.minor;
-    cuda_check(cudaMemGetInfo(&out.free_bytes, &out.total_bytes), "cudaMemGetInfo");
+    CHRONOS_CUDA_CHECK(cudaMemGetInfo(&out.free_bytes, &out.total_bytes));
     return out;
   }
   std::unique_ptr<Stream> create_stream() override { return std::make_unique<CudaStream>(ordinal_); }
@@ -111,7 +115,7 @@ class CudaBackendImpl final : public CudaBackend {
                   "or --ctx-size, or stream the experts from a pack folder (chronos pack)",
                   double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20));
     }
-    cuda_check(status, "cudaMalloc");
+    CHRONOS_CUDA_CHECK(status);
     return Buffer{data, bytes};
   }
   void free_device(Buffer& buffer) override {
@@ -128,7 +132,7 @@ class CudaBackendImpl final : public CudaBackend {
       throw_error("CUDA: cannot page-lock {:.1f} MiB of host memory for staging: lower --pinned-budget",
                   double(bytes) / (1 << 20));
     }
-    cuda_check(status, "cudaHostAlloc");
+    CHRONOS_CUDA_CHECK(status);
     // O_DIRECT reads land here: page-locked allocations are page-aligned.
     CHRONOS_CHECK_MSG(reinterpret_cast<uintptr_t>(data) % 4096 == 0, "cudaHostAlloc returned unaligned memory");
     return Buffer{data, bytes};
@@ -151,12 +155,12 @@ class CudaBackendImpl final : public CudaBackend {
       timed = free_.back();
       free_.pop_back();
     } else {
-      cuda_check(cudaEventCreate(&timed.start), "cudaEventCreate");
-      cuda_check(cudaEventCreate(&timed.end), "cudaEventCreate");
+      CHRONOS_CUDA_CHECK(cudaEventCreate(&timed.start));
+      CHRONOS_CUDA_CHECK(cudaEventCreate(&timed.end));
     }
-    cuda_check(cudaEventRecord(timed.start, s), "cudaEventRecord");
-    cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-    cuda_check(cudaEventRecord(timed.end, s), "cudaEventRecord");
+    CHRONOS_CUDA_CHECK(cudaEventRecord(timed.start, s));
+    CHRONOS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    CHRONOS_CUDA_CHECK(cudaEventRecord(timed.end, s));
     pending_.push_back(timed);
   }
   double copy_seconds() override {
@@ -179,9 +183,9 @@ class CudaBackendImpl final : public CudaBackend {
       const TimedCopy& c = pending_.front();
       const cudaError_t status = cudaEventQuery(c.end);
       if (status == cudaErrorNotReady) break;
-      cuda_check(status, "cudaEventQuery");
+      CHRONOS_CUDA_CHECK(status);
       float ms = 0.0f;
-      cuda_check(cudaEventElapsedTime(&ms, c.start, c.end), "cudaEventElapsedTime");
+      CHRONOS_CUDA_CHECK(cudaEventElapsedTime(&ms, c.start, c.end));
       copy_seconds_ += double(ms) / 1e3;
       free_.push_back(c);
       pending_.pop_front();

@@ -9,11 +9,10 @@
 #include <string>
 
 #include "chronos/backend.h"
+#include "kernels/cuda/cuda_check.h"
 
 namespace chronos {
 
-// Throws Error "CUDA: <what>: <cudaGetErrorString>" unless status is cudaSuccess.
-void cuda_check(cudaError_t status, const char* what);
 
 struct CudaDeviceInfo {
   int ordinal = 0;
@@ -33,6 +32,11 @@ class CudaBackend : public Backend {
 // The cudaStream_t / cudaEvent_t behind objects this backend created (CHRONOS_CHECKs the type).
 cudaStream_t cuda_stream_of(Stream& stream);
 cudaEvent_t cuda_event_of(const Event& event);
+
+// The CUDA runner's own copies, untimed (Backend::copy_to_device times the expert copies): queued
+// on `stream` (host memory page-locked for the copy to be asynchronous), or blocking at load time.
+void cuda_copy_async(Stream& stream, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+void cuda_upload(void* device_dst, const void* host_src, size_t bytes);
 
 // Throws Error when there is no usable device `ordinal` (no driver, no GPU, out of range).
 std::unique_ptr<Backend> make_cuda_backend(int ordinal);

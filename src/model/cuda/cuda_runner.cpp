@@ -7,11 +7,14 @@
 // Host synchronization points, and why they are the only ones: (1) after each MoE router, the
 // host waits on an event for the top-k ids (pinned memory) because which expert slots to use is
 // a host decision; (2) after block 0, when the predictors observe it, for its hidden state; (3) at
-// the end of a forward call, for the logits the sampler reads. Each is an event wait on work the
-// host needs, never a device- or stream-wide synchronize, and the copy stream keeps running
-// through all of them. Copies into expert slots are waited for by the compute stream
-// (cudaStreamWaitEvent on the slot's event), not by the host.
-#include <cuda_runtime.h>
+// the end of a forward call, for the logits the sampler reads; (4) with a trace hook only, for
+// each traced tensor. Each is an event wait on work the host needs, never a device- or
+// stream-wide synchronize, and the copy stream keeps running through all of them. Copies into
+// expert slots are waited for by the compute stream (on the slot's event), not by the host.
+//
+// The MoE block's host side (grouping, waves, missing mass, counters) is the MoePlan the CPU
+// forward uses; memory, copies and fences go through the CUDA backend. Traces carry the CPU
+// forward's names, so a GPU run can be compared with the CPU tensor by tensor.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -24,6 +27,7 @@
 #include "chronos/model_runner.h"
 #include "chronos/ops.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "model/moe_plan.h"
 
 namespace chronos {
 namespace {
@@ -61,10 +65,14 @@ class CudaRunner final : public ModelRunner {
     CHRONOS_CHECK(n_ctx > 0 && batch > 0);
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");
+    if (dtype_is_block(model.sizes().expert_dtype))
+      throw_error("the CUDA runner has no kernels for {} experts yet (run block-quantized models on the CPU)",
+                  dtype_name(model.sizes().expert_dtype));
     backend_.make_current();
     compute_ = backend_.create_stream();
     stream_ = cuda_stream_of(*compute_);
-    cuda_check(cudaEventCreateWithFlags(&host_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    host_ready_ = backend_.create_event();
+    plan_ = MoePlan(cfg_, batch_);
     blas_ = std::make_unique<cuda::Blas>();
     upload_weights();
     allocate_workspace();
@@ -78,13 +86,16 @@ class CudaRunner final : public ModelRunner {
 
   ~CudaRunner() override {
     if (hooks_.experts != nullptr) hooks_.experts->set_compute_stream(nullptr);
-    cudaSetDevice(backend_.ordinal());
-    cudaStreamSynchronize(stream_);  // shutdown: nothing may still read what is freed below
+    try {
+      backend_.make_current();
+      compute_->synchronize();  // shutdown: nothing may still read what is freed below
+    } catch (const Error& e) {
+      spdlog::warn("{}: {}", device(), e.what());  // a destructor cannot throw; the memory is freed anyway
+    }
     for (Buffer& b : device_buffers_) backend_.free_device(b);
     backend_.free_device(logits_buffer_);
-    for (void* p : pinned_) cudaFreeHost(p);
-    if (host_logits_ != nullptr) cudaFreeHost(host_logits_);
-    cudaEventDestroy(host_ready_);
+    for (Buffer& b : pinned_) backend_.free_staging(b);
+    backend_.free_staging(host_logits_buffer_);
   }
 
   std::string device() const override { return backend_.name(); }
@@ -124,20 +135,18 @@ class CudaRunner final : public ModelRunner {
   }
   template <typename T>
   T* pinned_array(int64_t count) {
-    void* p = nullptr;
-    cuda_check(cudaHostAlloc(&p, size_t(std::max<int64_t>(count, 1)) * sizeof(T), cudaHostAllocDefault),
-               "cudaHostAlloc");
-    pinned_.push_back(p);
+    pinned_.push_back(backend_.alloc_staging(size_t(std::max<int64_t>(count, 1)) * sizeof(T)));
     memory_.pinned_bytes += count * int64_t(sizeof(T));
-    return static_cast<T*>(p);
+    return static_cast<T*>(pinned_.back().data);
   }
   // Load time only: a blocking copy is fine here.
-  void upload(void* dst, const void* src, int64_t bytes) {
-    cuda_check(cudaMemcpy(dst, src, size_t(bytes), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
-  }
+  void upload(void* dst, const void* src, int64_t bytes) { cuda_upload(dst, src, size_t(bytes)); }
   WeightView upload_weight(const WeightView& w, int64_t& account) {
     if (w.data == nullptr) return {};
-    const int64_t bytes = w.rows * w.cols * dtype_size(w.dtype);
+    if (dtype_is_block(w.dtype))
+      throw_error("the CUDA runner has no kernels for {} weights yet (run block-quantized models on the CPU)",
+                  dtype_name(w.dtype));
+    const int64_t bytes = w.rows * dtype_row_bytes(w.dtype, w.cols);
     void* data = device_alloc(bytes, account);
     upload(data, w.data, bytes);
     return WeightView{data, w.dtype, w.rows, w.cols};
@@ -239,11 +248,6 @@ class CudaRunner final : public ModelRunner {
     host_tasks_ = pinned_array<cuda::ExpertTask>(n_exp);
     host_hidden_ = pinned_array<float>(b * d);
     reserve_logit_rows(1);
-    expert_rows_.resize(size_t(n_exp + 1));
-    fill_.resize(size_t(n_exp));
-    active_.reserve(size_t(n_exp));
-    views_.resize(size_t(n_exp));
-    expert_missing_.resize(size_t(n_exp));
   }
 
   // Logits for `rows` positions on the device and in pinned memory: one row unless all-logits
@@ -256,13 +260,12 @@ class CudaRunner final : public ModelRunner {
       memory_.workspace_bytes -= int64_t(logits_buffer_.bytes);
       memory_.pinned_bytes -= int64_t(logits_buffer_.bytes);
       backend_.free_device(logits_buffer_);
-      cudaFreeHost(host_logits_);
+      backend_.free_staging(host_logits_buffer_);
     }
     logits_buffer_ = backend_.alloc_device(size_t(bytes));
     logits_ = static_cast<float*>(logits_buffer_.data);
-    void* pinned = nullptr;
-    cuda_check(cudaHostAlloc(&pinned, size_t(bytes), cudaHostAllocDefault), "cudaHostAlloc");
-    host_logits_ = static_cast<float*>(pinned);
+    host_logits_buffer_ = backend_.alloc_staging(size_t(bytes));
+    host_logits_ = static_cast<float*>(host_logits_buffer_.data);
     memory_.workspace_bytes += bytes;
     memory_.pinned_bytes += bytes;
     logit_rows_ = rows;
@@ -272,14 +275,23 @@ class CudaRunner final : public ModelRunner {
 
   // Waits for everything queued so far on the compute stream that the host must read.
   void wait_for_host_copies() {
-    cuda_check(cudaEventRecord(host_ready_, stream_), "cudaEventRecord");
-    cuda_check(cudaEventSynchronize(host_ready_), "cudaEventSynchronize");
+    compute_->record(*host_ready_);
+    host_ready_->wait();
   }
   void to_host(void* dst, const void* src, int64_t bytes) {
-    cuda_check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (D2H)");
+    cuda_copy_async(*compute_, dst, src, size_t(bytes), cudaMemcpyDeviceToHost);
   }
   void to_device(void* dst, const void* src, int64_t bytes) {
-    cuda_check(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (H2D)");
+    cuda_copy_async(*compute_, dst, src, size_t(bytes), cudaMemcpyHostToDevice);
+  }
+  // The trace hook sees `count` floats of device memory under the CPU forward's name (a copy and
+  // a wait per traced tensor, only when a trace hook is set).
+  void trace(const char* name, int64_t layer, const float* device_values, int64_t count) {
+    if (!hooks_.trace) return;
+    trace_values_.resize(size_t(count));
+    to_host(trace_values_.data(), device_values, count * int64_t(sizeof(float)));
+    wait_for_host_copies();
+    hooks_.trace(name, layer, trace_values_);
   }
 
   void project(float* y, const float* x, const WeightView& w, int64_t n) {
@@ -301,11 +313,14 @@ class CudaRunner final : public ModelRunner {
       const DeviceLayer& l = layers_[size_t(il)];
       cuda::rmsnorm(xn_, x_, l.attn_norm, n, d, d, c.rms_norm_eps, stream_);
       attention(il, n, pos);  // ffn_out_ <- attention output
+      trace("attn_out", il, ffn_out_, n * d);
       cuda::add(x_, ffn_out_, n * d, stream_);
       cuda::rmsnorm(xn_, x_, l.ffn_norm, n, d, d, c.rms_norm_eps, stream_);
       if (c.layer_is_moe[size_t(il)]) moe(il, n);
       else ffn(l.dense, n, xn_, ffn_out_);
+      trace("ffn_out", il, ffn_out_, n * d);
       cuda::add(x_, ffn_out_, n * d, stream_);
+      trace("layer_out", il, x_, n * d);
       if (hooks_.observes_block(il)) {
         to_host(host_hidden_, x_, n * d * int64_t(sizeof(float)));
         wait_for_host_copies();
@@ -357,6 +372,7 @@ class CudaRunner final : public ModelRunner {
     }
     cuda::rope(q_, rope_cos_, rope_sin_, n, c.n_head, hd, c.n_rot, q_dim, pos, stream_);
     cuda::rope(k_, rope_cos_, rope_sin_, n, c.n_head_kv, hd, c.n_rot, kv_dim, pos, stream_);
+    trace("q_rope", il, q_, n * q_dim);
     float* kc = k_cache_ + il * n_ctx_ * kv_dim;
     float* vc = v_cache_ + il * n_ctx_ * kv_dim;
     cuda::kv_store(kc, vc, k_, v_, n, kv_dim, pos, stream_);
@@ -377,97 +393,51 @@ class CudaRunner final : public ModelRunner {
     const ModelConfig& c = cfg_;
     const DeviceLayer& l = layers_[size_t(il)];
     const int64_t d = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used, n_ff = c.n_ff_expert, rows = n * k;
-    ExpertProvider* provider = hooks_.experts;
 
-    // Router on the device; the host needs the selection to pick expert slots.
+    // Route on the device; the host needs the selection to pick expert slots.
     project(router_, xn_, l.router, n);
     cuda::router_topk(top_ids_, top_w_, router_, router_, n, n_exp, k, c.norm_topk_prob, stream_);
     to_host(host_top_ids_, top_ids_, rows * int64_t(sizeof(int32_t)));
     to_host(host_top_w_, top_w_, rows * int64_t(sizeof(float)));
-    const RouteFn& route = hooks_.route;
-    if (route) to_host(host_probs_, router_, n * n_exp * int64_t(sizeof(float)));
+    const bool want_probs = hooks_.route || hooks_.trace;
+    if (want_probs) to_host(host_probs_, router_, n * n_exp * int64_t(sizeof(float)));
     wait_for_host_copies();
-    if (route) {
-      for (int64_t t = 0; t < n; ++t)
-        route(RouteEvent{il, t, {host_top_ids_ + t * k, size_t(k)}, {host_top_w_ + t * k, size_t(k)},
-                         {host_probs_ + t * n_exp, size_t(n_exp)}});
-    }
+    plan_.route(il, n, host_top_ids_, host_top_w_, host_probs_, hooks_.route);
+    if (hooks_.trace) hooks_.trace("router_probs", il, std::span<const float>(host_probs_, size_t(n * n_exp)));
 
-    // Group (token, choice) pairs by expert, as the CPU block does: rows expert_rows[e] ..
-    // expert_rows[e + 1] of ff_in belong to expert e; token_rows[t * k + j] is the row of choice j.
-    std::fill(fill_.begin(), fill_.end(), 0);
-    for (int64_t i = 0; i < rows; ++i) {
-      const int32_t e = host_top_ids_[i];
-      if (e < 0 || e >= n_exp)
-        throw_error("layer {}: the router selected expert {} of {} (non-finite router logits?)", il, e, n_exp);
-      ++fill_[size_t(e)];
-    }
-    expert_rows_[0] = 0;
-    for (int64_t e = 0; e < n_exp; ++e) expert_rows_[size_t(e + 1)] = expert_rows_[size_t(e)] + fill_[size_t(e)];
-    std::fill(fill_.begin(), fill_.end(), 0);
-    for (int64_t t = 0; t < n; ++t) {
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t e = host_top_ids_[t * k + j];
-        const int32_t row = expert_rows_[size_t(e)] + fill_[size_t(e)]++;
-        host_gather_[row] = int32_t(t);
-        host_token_rows_[t * k + j] = row;
-      }
-    }
+    // Group: the plan's row order, gathered on the device.
+    plan_.group();
+    std::copy(plan_.row_tokens().begin(), plan_.row_tokens().end(), host_gather_);
+    std::copy(plan_.choice_rows().begin(), plan_.choice_rows().end(), host_token_rows_);
     to_device(gather_rows_, host_gather_, rows * int64_t(sizeof(int32_t)));
     to_device(token_rows_, host_token_rows_, rows * int64_t(sizeof(int32_t)));
     cuda::gather_rows(ff_in_, xn_, gather_rows_, rows, d, stream_);
-    active_.clear();
-    for (int64_t e = 0; e < n_exp; ++e)
-      if (fill_[size_t(e)] > 0) active_.push_back(int32_t(e));
 
-    // Waves of at most the provider's capacity; each wave is two launches over all its experts.
-    const size_t wave = provider != nullptr ? std::max<size_t>(1, provider->max_experts_per_acquire()) : active_.size();
+    // Waves: two launches over all of a wave's present experts. Each wave uses its own part of
+    // host_tasks_/tasks_, so a task list is not overwritten before its upload has run; acquire
+    // queued the compute stream's waits on the slots' copies, release records after the kernels.
     const DType expert_dtype = model_.sizes().expert_dtype;
-    for (size_t first = 0; first < active_.size(); first += wave) {
-      const size_t count = std::min(wave, active_.size() - first);
-      const std::span<const int32_t> ids(active_.data() + first, count);
-      const std::span<const FfnWeights*> views(views_.data() + first, count);
-      if (provider != nullptr) {
-        provider->acquire(il, ids, views);  // queues the compute stream's waits on the slots' copies
-      } else {
-        for (size_t i = 0; i < count; ++i) views[i] = &l.experts[size_t(ids[i])];
-      }
-      // Each wave uses its own part of host_tasks_/tasks_ (indexed from `first`), so a task list
-      // is not overwritten before its upload has run.
+    size_t task_base = 0;
+    plan_.waves(il, hooks_.experts, l.experts, [&](std::span<const int32_t> ids, std::span<const FfnWeights* const> views) {
       int32_t n_tasks = 0;
-      for (size_t i = 0; i < count; ++i) {
-        expert_missing_[size_t(ids[i])] = views[i] == nullptr;
+      for (size_t i = 0; i < ids.size(); ++i) {
         if (views[i] == nullptr) continue;
         CHRONOS_CHECK(views[i]->gate.dtype == expert_dtype && views[i]->up.dtype == expert_dtype &&
                       views[i]->down.dtype == expert_dtype);
-        const int32_t e = ids[i];
-        host_tasks_[first + size_t(n_tasks++)] = cuda::ExpertTask{views[i]->gate.data, views[i]->up.data,
-                                                                   views[i]->down.data, expert_rows_[size_t(e)],
-                                                                   expert_rows_[size_t(e + 1)]};
+        host_tasks_[task_base + size_t(n_tasks++)] = cuda::ExpertTask{
+            views[i]->gate.data, views[i]->up.data, views[i]->down.data, plan_.row_begin(ids[i]), plan_.row_end(ids[i])};
       }
       if (n_tasks > 0) {
-        to_device(tasks_ + first, host_tasks_ + first, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
-        cuda::moe_gate_up(ff_gate_, ff_in_, tasks_ + first, n_tasks, expert_dtype, d, n_ff, stream_);
-        cuda::moe_down(ff_down_, ff_gate_, tasks_ + first, n_tasks, expert_dtype, d, n_ff, stream_);
+        to_device(tasks_ + task_base, host_tasks_ + task_base, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
+        cuda::moe_gate_up(ff_gate_, ff_in_, tasks_ + task_base, n_tasks, expert_dtype, d, n_ff, stream_);
+        cuda::moe_down(ff_down_, ff_gate_, tasks_ + task_base, n_tasks, expert_dtype, d, n_ff, stream_);
       }
-      if (provider != nullptr) provider->release(il, ids);  // records on the compute stream after the kernels
-    }
+      task_base += ids.size();
+    });
 
-    // The weighted sum with the soft-gated fallback; a missing expert's rows are never read.
-    int64_t fallback_pairs = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      float missing_mass = 0.0f, total_mass = 0.0f;
-      for (int64_t j = 0; j < k; ++j) {
-        const bool missing = expert_missing_[size_t(host_top_ids_[t * k + j])];
-        host_missing_[t * k + j] = missing ? 1 : 0;
-        fallback_pairs += missing;
-        total_mass += host_top_w_[t * k + j];
-        if (missing) missing_mass += host_top_w_[t * k + j];
-      }
-      if (!l.has_shared && missing_mass > 0.0f && missing_mass >= total_mass) ++counters_.zero_output_tokens;
-    }
-    counters_.routed_pairs += rows;
-    counters_.fallback_pairs += fallback_pairs;
+    // Combine: the weighted sum with the soft-gated fallback; a missing expert's rows are never read.
+    plan_.account(l.has_shared, counters_);
+    std::copy(plan_.choice_missing().begin(), plan_.choice_missing().end(), host_missing_);
     to_device(missing_, host_missing_, rows);
     const float* shared = nullptr;
     const float* gate_logit = nullptr;
@@ -489,12 +459,13 @@ class CudaRunner final : public ModelRunner {
   int64_t n_ctx_, batch_;
   std::unique_ptr<Stream> compute_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t host_ready_ = nullptr;
+  std::unique_ptr<Event> host_ready_;  // host fence on the compute stream
   std::unique_ptr<cuda::Blas> blas_;  // created once the device is current
   RunnerMemory memory_;
   MoeCounters counters_;
   std::vector<Buffer> device_buffers_;
-  std::vector<void*> pinned_;
+  std::vector<Buffer> pinned_;  // page-locked host arrays (staging memory of the backend)
+  Buffer host_logits_buffer_;
 
   WeightView tok_embd_, output_;
   float* output_norm_ = nullptr;
@@ -517,9 +488,8 @@ class CudaRunner final : public ModelRunner {
   uint8_t* host_missing_ = nullptr;
   cuda::ExpertTask* host_tasks_ = nullptr;
 
-  std::vector<int32_t> expert_rows_, fill_, active_;
-  std::vector<const FfnWeights*> views_;
-  std::vector<uint8_t> expert_missing_;
+  MoePlan plan_;
+  std::vector<float> trace_values_;  // host copy of a traced tensor
 };
 
 }  // namespace
