@@ -22,7 +22,7 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int64_t bytes_of(const WeightView& w) { return w.rows * w.cols * dtype_size(w.dtype); }
+int64_t bytes_of(const WeightView& w) { return w.rows * dtype_row_bytes(w.dtype, w.cols); }
 
 // Reads a buffer far larger than the caches with every thread of the pool, as dot products
 // against a block of ones (in L1) and as an F32 matrix-vector product, and returns the best rate
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
 
     // Dense bytes per token; routed bytes counted from the real routing of the run.
     TouchedBytes touched;
-    touched.dense = bytes_of(w.output) + c.n_embd * dtype_size(w.tok_embd.dtype);
+    touched.dense = bytes_of(w.output) + dtype_row_bytes(w.tok_embd.dtype, c.n_embd);
     for (const auto& l : w.layers) {
       touched.dense += bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo);
       if (l.is_moe) touched.dense += bytes_of(l.router) + l.shared.n_bytes() + bytes_of(l.shared_gate);

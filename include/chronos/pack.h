@@ -16,7 +16,18 @@ struct PackOptions {
   std::optional<std::filesystem::path> traces;  // required unless method is kNone
   uint64_t seed = 0;
   int64_t max_cluster_bytes = int64_t(256) << 20;
+  // Weight types to write, or the checkpoint's own when unset: F32, F16, BF16 or a block type
+  // (a K type falls back per tensor on rows it does not fit, block_dtype_for_row).
+  // expert_type: the routed experts; dense_type: the matrices of dense.safetensors (attention,
+  // shared expert, dense MLP, embeddings, LM head). Norms, biases, the router and the shared
+  // expert's gate keep their type.
+  std::optional<DType> expert_type;
+  std::optional<DType> dense_type;
 };
+
+// A [rows, cols] weight converted to `target` (rows quantized one by one for a block type, after
+// block_dtype_for_row): the returned view points into `storage`.
+WeightView convert_weight(const WeightView& weight, DType target, std::vector<std::byte>& storage);
 
 struct PackSummary {
   int64_t n_clusters = 0;

@@ -18,6 +18,9 @@ namespace chronos {
 // Extents of a `.ctsr` file start at, and are padded to, multiples of this (one O_DIRECT read).
 inline constexpr int64_t kCtsrAlignment = 4096;
 inline constexpr const char* kManifestFileName = "cluster_manifest.json";
+// Key of dense.safetensors' __metadata__ holding a JSON object {tensor name: {"dtype": "Q8_0",
+// "shape": [rows, cols]}} for each block-quantized tensor, stored as U8 [bytes] (DESIGN.md §5).
+inline constexpr const char* kQuantizedTensorsKey = "chronos.quantized_tensors";
 
 // One tensor of a packed expert. `offset` is an absolute file offset.
 struct PackedTensor {

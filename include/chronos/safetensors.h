@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -62,6 +63,8 @@ class TensorStore {
   const TensorInfo& get(std::string_view name) const;   // throws Error naming the tensor
   std::vector<const TensorInfo*> all() const;           // sorted by name
   int64_t total_bytes() const;
+  // The __metadata__ value of `key` in the first file that has it.
+  std::optional<std::string> metadata(std::string_view key) const;
 
  private:
   std::filesystem::path source_;  // what open() was given, for error messages

@@ -1,6 +1,9 @@
 // chronos pack: rewrite a checkpoint as a pack folder of co-activation clusters.
 #include <unistd.h>
 
+#include <cctype>
+#include <optional>
+
 #include "chronos/error.h"
 #include "chronos/model.h"
 #include "chronos/pack.h"
@@ -16,7 +19,20 @@ struct PackArgs {
   std::string cluster = "leiden";
   double max_cluster_mib = 256;
   uint64_t seed = 0;
+  std::string expert_type;
+  std::string dense_type;
 };
+
+// --expert-type / --dense-type: a float type or a block type, by name (case-insensitive).
+std::optional<DType> parse_weight_type(const std::string& text, const char* flag) {
+  if (text.empty()) return std::nullopt;
+  std::string upper = text;
+  for (char& ch : upper) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+  if (upper == "F32" || upper == "F16" || upper == "BF16") return dtype_from_name(upper);
+  if (const auto block = block_dtype_from_name(text)) return block;
+  throw UsageError(fmt::format("{} must be f32, f16, bf16, q8_0, q6_k, q5_0, q4_k, q4_0, q3_k or q2_k (got '{}')",
+                               flag, text));
+}
 
 int run_pack(const PackArgs& args) {
   PackOptions options;
@@ -28,6 +44,8 @@ int run_pack(const PackArgs& args) {
   options.max_cluster_bytes = int64_t(args.max_cluster_mib * 1024 * 1024);
   options.seed = args.seed;
   if (!args.traces.empty()) options.traces = args.traces;
+  options.expert_type = parse_weight_type(args.expert_type, "--expert-type");
+  options.dense_type = parse_weight_type(args.dense_type, "--dense-type");
   const auto dir = resolve_model_dir(args.model);
   const auto model = Model::load(dir);
   const bool tty = isatty(fileno(stderr));
@@ -54,6 +72,12 @@ Command register_pack(CLI::App& app) {
   sub->add_option("--cluster", args->cluster, "leiden, louvain or none")->capture_default_str();
   sub->add_option("--max-cluster-mib", args->max_cluster_mib, "Largest cluster file, MiB")->capture_default_str();
   sub->add_option("-s,--seed", args->seed, "Community-detection seed")->capture_default_str();
+  sub->add_option("--expert-type", args->expert_type,
+                  "Type of the routed experts: bf16, f16, f32, q8_0, q6_k, q5_0, q4_k, q4_0, q3_k, q2_k "
+                  "(default: the checkpoint's)");
+  sub->add_option("--dense-type", args->dense_type,
+                  "Type of the dense matrices (attention, shared expert, embeddings, LM head); norms and router "
+                  "keep theirs (default: the checkpoint's)");
   return Command{sub, [args] { return run_pack(*args); }};
 }
 

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -11,6 +13,7 @@
 #include "chronos/file_util.h"
 #include "chronos/io_ring.h"
 #include "chronos/pack_format.h"
+#include "chronos/quant.h"
 #include "chronos/trace.h"
 #include "model/arch/arch.h"
 
@@ -35,7 +38,45 @@ const char* method_name(ClusterMethod m) {
   return "none";
 }
 
+// Matrices of dense.safetensors that --dense-type converts: everything two-dimensional but the
+// router and the shared expert's one-row gate (routing decisions stay in the source precision).
+bool dense_matrix_converts(TensorRole role) {
+  switch (role) {
+    case TensorRole::kTokenEmbd: case TensorRole::kOutput: case TensorRole::kAttnQ: case TensorRole::kAttnK:
+    case TensorRole::kAttnV: case TensorRole::kAttnO: case TensorRole::kSharedGate: case TensorRole::kSharedUp:
+    case TensorRole::kSharedDown: case TensorRole::kDenseGate: case TensorRole::kDenseUp: case TensorRole::kDenseDown:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
+
+WeightView convert_weight(const WeightView& w, DType target, std::vector<std::byte>& storage) {
+  const DType dtype = dtype_is_block(target) ? block_dtype_for_row(target, w.cols) : target;
+  if (dtype == w.dtype) return w;
+  if (!dtype_is_block(dtype) && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16)
+    throw_error("cannot convert weights to {}", dtype_name(dtype));
+  const int64_t row_bytes = dtype_row_bytes(dtype, w.cols);
+  storage.resize(size_t(w.rows * row_bytes));
+  std::vector<float> row(size_t(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    ops::weight_row_to_f32(row.data(), w, r);
+    std::byte* out = storage.data() + r * row_bytes;
+    if (dtype_is_block(dtype)) {
+      quantize_row(dtype, row.data(), out, w.cols);
+    } else if (dtype == DType::kF32) {
+      std::memcpy(out, row.data(), size_t(row_bytes));
+    } else {
+      for (int64_t i = 0; i < w.cols; ++i) {
+        const uint16_t bits = dtype == DType::kF16 ? f32_to_f16(row[size_t(i)]) : f32_to_bf16(row[size_t(i)]);
+        std::memcpy(out + i * 2, &bits, 2);
+      }
+    }
+  }
+  return WeightView{storage.data(), dtype, w.rows, w.cols};
+}
 
 CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path& trace_dir, int64_t* n_tokens) {
   const std::vector<int32_t> layers = moe_layers_of(c);
@@ -72,7 +113,17 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   ClusterOptions cluster_options;
   cluster_options.method = options.method;
   cluster_options.seed = options.seed;
-  cluster_options.bytes_per_expert = DirectFile::align_up(model.sizes().bytes_per_expert);
+  int64_t bytes_per_expert = model.sizes().bytes_per_expert;
+  if (options.expert_type) {  // the size of one converted expert (they all have one shape)
+    const FfnWeights& first = model.weights().layers[size_t(layers.front())].experts.front();
+    bytes_per_expert = 0;
+    for (const WeightView* w : {&first.gate, &first.up, &first.down}) {
+      const DType t = dtype_is_block(*options.expert_type) ? block_dtype_for_row(*options.expert_type, w->cols)
+                                                            : *options.expert_type;
+      bytes_per_expert += w->rows * dtype_row_bytes(t, w->cols);
+    }
+  }
+  cluster_options.bytes_per_expert = DirectFile::align_up(bytes_per_expert);
   cluster_options.max_cluster_bytes = std::max(options.max_cluster_bytes, cluster_options.bytes_per_expert);
   const ClusterPlan plan = plan_clusters(graph, cluster_options);
   summary.modularity = plan.modularity;
@@ -93,7 +144,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   manifest.architecture = c.arch_name();
   manifest.num_moe_layers = std::ssize(layers);
   manifest.num_experts = c.n_expert;
-  manifest.dtype = std::string(dtype_name(model.sizes().expert_dtype));
+  manifest.dtype = std::string(dtype_name(options.expert_type.value_or(model.sizes().expert_dtype)));
   manifest.fingerprint = fingerprint;
   manifest.config_fingerprint = config_fingerprint(model_dir / "config.json");
   manifest.clustering_method = method_name(options.method);
@@ -102,13 +153,20 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   const auto& weights = model.weights();
   for (size_t i = 0; i < plan.clusters.size(); ++i) {
     std::vector<ExpertSource> sources;
+    std::vector<std::vector<std::byte>> converted;  // this cluster's converted experts
+    converted.reserve(plan.clusters[i].size() * 3);
     PackCluster cluster;
     cluster.id = int32_t(i);
     cluster.file = fmt::format("cluster_{:03d}.ctsr", i);
     for (const int32_t node : plan.clusters[i]) {
       const ExpertKey key{layers[size_t(node / c.n_expert)], int32_t(node % c.n_expert)};
       const FfnWeights& w = weights.layers[size_t(key.layer)].experts[size_t(key.expert)];
-      sources.push_back(ExpertSource{key, w.gate, w.up, w.down});
+      ExpertSource source{key, w.gate, w.up, w.down};
+      if (options.expert_type) {
+        for (WeightView* view : {&source.gate, &source.up, &source.down})
+          *view = convert_weight(*view, *options.expert_type, converted.emplace_back());
+      }
+      sources.push_back(source);
       cluster.experts.push_back(key);
     }
     for (PackedExpert& packed : write_ctsr(tmp / cluster.file, cluster.id, fingerprint, sources))
@@ -120,17 +178,41 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   }
   manifest.save(tmp / kManifestFileName);
 
-  // dense.safetensors: every tensor of the checkpoint that is not a routed expert.
-  std::set<std::string, std::less<>> expert_names;
-  for (const TensorSpec& spec : arch_spec(c.arch).tensor_table(c))
+  // dense.safetensors: every tensor of the checkpoint that is not a routed expert, its matrices
+  // converted to --dense-type; a block-quantized one is U8 [bytes], its type in the metadata.
+  std::set<std::string, std::less<>> expert_names, convertible;
+  for (const TensorSpec& spec : arch_spec(c.arch).tensor_table(c)) {
     if (spec.expert >= 0) expert_names.insert(spec.name);
+    else if (dense_matrix_converts(spec.role) && spec.shape.size() == 2) convertible.insert(spec.name);
+  }
   std::vector<TensorToWrite> dense;
+  std::vector<std::vector<std::byte>> dense_storage;
+  dense_storage.reserve(convertible.size());
+  nlohmann::json quantized = nlohmann::json::object();
   for (const TensorInfo* t : model.tensors().all()) {
     if (expert_names.count(t->name)) continue;
+    if (options.dense_type && convertible.count(t->name) && !(options.dense_type == t->dtype)) {
+      const WeightView source{t->data, t->dtype, t->shape[0], t->shape[1]};
+      // A matrix whose rows fit no block (not a multiple of 32) keeps its type.
+      if (!dtype_is_block(*options.dense_type) || t->shape[1] % 32 == 0) {
+        const WeightView w = convert_weight(source, *options.dense_type, dense_storage.emplace_back());
+        const std::span<const std::byte> bytes(static_cast<const std::byte*>(w.data), dense_storage.back().size());
+        if (dtype_is_block(w.dtype)) {
+          dense.push_back({t->name, DType::kU8, {int64_t(bytes.size())}, bytes});
+          quantized[t->name] = {{"dtype", std::string(dtype_name(w.dtype))}, {"shape", t->shape}};
+        } else {
+          dense.push_back({t->name, w.dtype, t->shape, bytes});
+        }
+        summary.dense_bytes += int64_t(bytes.size());
+        continue;
+      }
+    }
     dense.push_back({t->name, t->dtype, t->shape, std::span<const std::byte>(t->data, size_t(t->n_bytes))});
     summary.dense_bytes += t->n_bytes;
   }
-  write_safetensors(tmp / "dense.safetensors", dense, {{"format", "pt"}, {"chronos_pack_of", fingerprint}});
+  std::map<std::string, std::string> dense_metadata = {{"format", "pt"}, {"chronos_pack_of", fingerprint}};
+  if (!quantized.empty()) dense_metadata[kQuantizedTensorsKey] = quantized.dump();
+  write_safetensors(tmp / "dense.safetensors", dense, dense_metadata);
 
   for (const char* name : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                            "chat_template.jinja", "special_tokens_map.json", "README.md"})

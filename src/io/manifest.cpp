@@ -29,6 +29,15 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return out + "]";
 }
 
+// Whether a tensor of `dtype` belongs to a pack whose expert type is `expert_type`: the same type,
+// or for a block type on rows it does not fit, the type block_dtype_for_row falls back to.
+bool expert_dtype_matches(DType dtype, const std::string& expert_type, const std::vector<int64_t>& shape) {
+  if (dtype_name(dtype) == expert_type) return true;
+  const auto wanted = block_dtype_from_name(expert_type);
+  if (!wanted || !dtype_is_block(dtype) || shape.size() != 2 || shape[1] % 32 != 0) return false;
+  return block_dtype_for_row(*wanted, shape[1]) == dtype;
+}
+
 // Typed accessors whose errors name the manifest and the JSON path of the bad value.
 class Reader {
  public:
@@ -96,10 +105,18 @@ PackedTensor parse_tensor(const Reader& r, const Json& tensors, const std::strin
       r.fail(at + ".shape", fmt::format("{} is not a valid expert shape", shape.dump()));
   }
   const std::string dtype = r.string(json, at, "dtype");
-  const auto parsed = dtype_from_name(dtype);
+  auto parsed = dtype_from_name(dtype);
+  if (!parsed) parsed = block_dtype_from_name(dtype);
   if (!parsed) r.fail(at + ".dtype", fmt::format("unknown dtype \"{}\"", dtype));
   tensor.dtype = *parsed;
-  tensor.bytes = elements * dtype_size(tensor.dtype);
+  if (dtype_is_block(tensor.dtype)) {
+    // Rows of whole blocks: [rows, cols] with cols a multiple of the block.
+    if (tensor.shape.size() != 2 || tensor.shape[1] % dtype_block_elements(tensor.dtype) != 0)
+      r.fail(at + ".shape", fmt::format("{} is not a matrix of whole {} blocks", shape.dump(), dtype));
+    tensor.bytes = tensor.shape[0] * dtype_row_bytes(tensor.dtype, tensor.shape[1]);
+  } else {
+    tensor.bytes = elements * dtype_size(tensor.dtype);
+  }
   return tensor;
 }
 
@@ -170,14 +187,18 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
       if (tensor->file_offset != packed->offset)
         throw_error("{}: tensor {} at offset {} in the manifest, {} in the file", who, projection, packed->offset,
                     tensor->file_offset);
-      if (tensor->shape != packed->shape)
+      // A block-quantized tensor is U8 [bytes] in the file; its type and shape are the manifest's.
+      const bool block = dtype_is_block(packed->dtype);
+      const std::vector<int64_t> file_shape = block ? std::vector<int64_t>{packed->bytes} : packed->shape;
+      const DType file_dtype = block ? DType::kU8 : packed->dtype;
+      if (tensor->shape != file_shape)
         throw_error("{}: tensor {} has shape {} in the manifest, {} in the file", who, projection,
-                    shape_string(packed->shape), shape_string(tensor->shape));
-      if (tensor->dtype != packed->dtype)
+                    shape_string(file_shape), shape_string(tensor->shape));
+      if (tensor->dtype != file_dtype)
         throw_error("{}: tensor {} has dtype {} in the manifest, {} in the file", who, projection,
-                    dtype_name(packed->dtype), dtype_name(tensor->dtype));
-      if (dtype_name(tensor->dtype) != m.dtype)
-        throw_error("{}: tensor {} is {}, the manifest's model dtype is {}", who, projection, dtype_name(tensor->dtype),
+                    dtype_name(file_dtype), dtype_name(tensor->dtype));
+      if (!expert_dtype_matches(packed->dtype, m.dtype, packed->shape))
+        throw_error("{}: tensor {} is {}, the manifest's expert type is {}", who, projection, dtype_name(packed->dtype),
                     m.dtype);
       next += packed->bytes;
     }
@@ -221,7 +242,8 @@ PackManifest PackManifest::parse(const fs::path& dir) {
   m.num_moe_layers = r.integer(model, "model", "num_moe_layers");
   m.num_experts = r.integer(model, "model", "num_experts");
   m.dtype = r.string(model, "model", "dtype");
-  if (!dtype_from_name(m.dtype)) r.fail("model.dtype", fmt::format("unknown dtype \"{}\"", m.dtype));
+  if (!dtype_from_name(m.dtype) && !block_dtype_from_name(m.dtype))
+    r.fail("model.dtype", fmt::format("unknown dtype \"{}\"", m.dtype));
   m.fingerprint = r.string(model, "model", "fingerprint");
   if (model.contains("config_fingerprint")) m.config_fingerprint = r.string(model, "model", "config_fingerprint");
   const Json& clustering = r.member(root, "(top level)", "clustering");

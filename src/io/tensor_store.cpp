@@ -115,6 +115,14 @@ std::vector<const TensorInfo*> TensorStore::all() const {
   return tensors;
 }
 
+std::optional<std::string> TensorStore::metadata(std::string_view key) const {
+  for (const auto& file : files_) {
+    const auto it = file->metadata().find(std::string(key));
+    if (it != file->metadata().end()) return it->second;
+  }
+  return std::nullopt;
+}
+
 int64_t TensorStore::total_bytes() const {
   int64_t total = 0;
   for (const auto& [name, tensor] : by_name_) total += tensor->n_bytes;

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "chronos/error.h"
-#include "chronos/pack_format.h"
 #include "chronos/model.h"
+#include "chronos/pack_format.h"
 #include "model/arch/arch.h"
 
 namespace chronos {
@@ -76,20 +76,48 @@ bool is_vector_role(TensorRole role) {
   }
 }
 
-// The routed experts' dtype from the pack's manifest (parsed by the one manifest reader).
-DType read_pack_dtype(const std::filesystem::path& pack_dir) {
-  const PackManifest manifest = PackManifest::parse(pack_dir);
-  const auto dtype = dtype_from_name(manifest.dtype);
-  if (!dtype || !is_float_dtype(*dtype))
-    throw_error("{}: model.dtype '{}' is not F32, F16 or BF16", (pack_dir / kManifestFileName).string(),
-                manifest.dtype);
-  return *dtype;
+// The block-quantized matrices of a pack's dense.safetensors: stored as U8 [bytes], their type
+// and shape in the metadata (pack.h, kQuantizedTensorsKey). Every entry is checked here.
+struct QuantizedTensor {
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+std::map<std::string, QuantizedTensor, std::less<>> read_quantized_tensors(const TensorStore& store,
+                                                                          const std::string& file) {
+  std::map<std::string, QuantizedTensor, std::less<>> out;
+  const auto text = store.metadata(kQuantizedTensorsKey);
+  if (!text) return out;
+  const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!json.is_object()) throw_error("{}: __metadata__ {} is not a JSON object", file, kQuantizedTensorsKey);
+  for (const auto& [name, entry] : json.items()) {
+    const auto bad = [&](const char* what) {
+      throw_error("{}: __metadata__ {}: tensor {}: {}", file, kQuantizedTensorsKey, name, what);
+    };
+    if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() || !entry.contains("shape") ||
+        !entry["shape"].is_array() || entry["shape"].size() != 2)
+      bad("expected {\"dtype\": name, \"shape\": [rows, cols]}");
+    const auto dtype = block_dtype_from_name(entry["dtype"].get<std::string>());
+    if (!dtype) bad("not a block-quantized type");
+    QuantizedTensor q{*dtype, {}};
+    for (const auto& dim : entry["shape"]) {
+      if (!dim.is_number_integer() || dim.get<int64_t>() <= 0 || dim.get<int64_t>() > (int64_t(1) << 32))
+        bad("shape is not two positive sizes");
+      q.shape.push_back(dim.get<int64_t>());
+    }
+    if (q.shape[1] % dtype_block_elements(q.dtype) != 0) bad("rows are not whole blocks");
+    const TensorInfo* t = store.find(name);
+    if (t == nullptr) bad("not in the file");
+    if (t->dtype != DType::kU8 || t->n_bytes != q.shape[0] * dtype_row_bytes(q.dtype, q.shape[1]))
+      bad("the stored bytes do not match its type and shape");
+    out.emplace(name, std::move(q));
+  }
+  return out;
 }
 
 }  // namespace
 
 int64_t FfnWeights::n_bytes() const {
-  auto bytes = [](const WeightView& w) { return w.rows * w.cols * dtype_size(w.dtype); };
+  auto bytes = [](const WeightView& w) { return w.rows * dtype_row_bytes(w.dtype, w.cols); };
   return present() ? bytes(gate) + bytes(up) + bytes(down) : 0;
 }
 
@@ -109,8 +137,18 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   model->experts_streamed_ = pack;
   model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
   const TensorStore& store = model->store_;
-  DType streamed_dtype = DType::kBF16;
-  if (pack) streamed_dtype = read_pack_dtype(dir);
+  const auto quantized = read_quantized_tensors(store, (dir / "dense.safetensors").string());
+  ModelSizes& sizes = model->sizes_;
+  if (pack) {  // the routed experts' type and bytes from the manifest (the one manifest reader)
+    const PackManifest manifest = PackManifest::parse(dir);
+    auto dtype = dtype_from_name(manifest.dtype);
+    if (!dtype) dtype = block_dtype_from_name(manifest.dtype);
+    if (!dtype || !(is_float_dtype(*dtype) || dtype_is_block(*dtype)))
+      throw_error("{}: model.dtype '{}' is not F32, F16, BF16 or a block type", (dir / kManifestFileName).string(),
+                  manifest.dtype);
+    sizes.expert_dtype = *dtype;
+    for (const auto& [key, expert] : manifest.experts) sizes.expert_bytes += expert.payload_bytes();
+  }
 
   ModelWeights& w = model->weights_;
   w.layers.resize(size_t(c.n_layer));
@@ -121,18 +159,28 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
 
   const std::vector<TensorSpec> table = arch_spec(c.arch).tensor_table(c);
   std::set<std::string, std::less<>> used;
-  ModelSizes& sizes = model->sizes_;
   for (const TensorSpec& spec : table) {
-    if (pack && spec.expert >= 0) {  // bytes live in the cluster files; sizes from the table
+    if (pack && spec.expert >= 0) {  // bytes live in the cluster files; counted from the manifest
       int64_t n_elements = 1;
       for (int64_t dim : spec.shape) n_elements *= dim;
       sizes.expert_params += n_elements;
-      sizes.expert_bytes += n_elements * dtype_size(streamed_dtype);
-      sizes.expert_dtype = streamed_dtype;
       continue;
     }
     const TensorInfo* t = store.find(spec.name);
     if (t == nullptr) throw_error("{}: tensor {} is missing ({} expects it)", dir.string(), spec.name, c.arch_name());
+    const auto q = quantized.find(spec.name);
+    if (q != quantized.end()) {  // a block-quantized matrix: its logical type and shape
+      if (is_vector_role(spec.role) || spec.shape.size() != 2 || q->second.shape != spec.shape)
+        throw_error("{}: tensor {}: quantized as {} [{}], expected a matrix [{}]", t->file, spec.name,
+                    dtype_name(q->second.dtype), fmt::join(q->second.shape, ","), fmt::join(spec.shape, ","));
+      used.insert(spec.name);
+      sizes.dense_params += spec.shape[0] * spec.shape[1];
+      sizes.dense_bytes += t->n_bytes;
+      const WeightView view{t->data, q->second.dtype, spec.shape[0], spec.shape[1]};
+      if (spec.layer < 0) (spec.role == TensorRole::kTokenEmbd ? w.tok_embd : w.output) = view;
+      else matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
+      continue;
+    }
     if (!is_float_dtype(t->dtype))
       throw_error("{}: tensor {}: dtype {} is not supported (F32, F16 or BF16)", t->file, spec.name,
                   dtype_name(t->dtype));

@@ -1,0 +1,223 @@
+// Packs with block-quantized experts and dense matrices (pack --expert-type / --dense-type): the
+// pack loads, its quantized tensors keep GGUF's bytes, and the forward over them computes what the
+// f32 forward computes over the same weights dequantized (an independent path: the block kernels
+// against the f32 kernels), and stays close to the unquantized model.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "chronos/backend.h"
+#include "chronos/expert_streamer.h"
+#include "chronos/model_runner.h"
+#include "chronos/pack.h"
+#include "chronos/pack_format.h"
+#include "chronos/quant.h"
+#include "chronos/safetensors.h"
+#include "chronos/thread_pool.h"
+#include "model/arch/arch.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fixture(const std::string& name) { return fs::path(CHRONOS_TEST_DATA_DIR) / "models" / name; }
+
+class QuantizedPack : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = fs::temp_directory_path() / fmt::format("chronos_quantized_pack_{}", ::getpid());
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+  }
+  void TearDown() override { fs::remove_all(work_); }
+
+  fs::path pack(const fs::path& dir, std::optional<DType> experts, std::optional<DType> dense, const char* name) {
+    const auto model = Model::load(dir);
+    PackOptions options;
+    options.method = ClusterMethod::kNone;
+    options.expert_type = experts;
+    options.dense_type = dense;
+    write_pack(*model, dir, work_ / name, options, [](int64_t, int64_t) {});
+    return work_ / name;
+  }
+
+  // The checkpoint `source` with every tensor replaced by the pack's version of it, dequantized to
+  // f32: dense tensors from dense.safetensors, experts from their cluster files.
+  fs::path dequantized_checkpoint(const fs::path& source, const fs::path& pack_dir) {
+    const fs::path out = work_ / (pack_dir.filename().string() + "-dequantized");
+    fs::create_directories(out);
+    for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+      if (fs::exists(source / file)) fs::copy_file(source / file, out / file);
+    const auto packed = Model::load(pack_dir);
+    const ModelConfig& c = packed->config();
+    const PackManifest manifest = PackManifest::load(pack_dir);
+    std::map<int32_t, std::unique_ptr<SafetensorsFile>> clusters;
+    for (const PackCluster& cluster : manifest.clusters)
+      clusters[cluster.id] = SafetensorsFile::open(pack_dir / cluster.file);
+    const TensorStore dense = TensorStore::open(pack_dir / "dense.safetensors");
+
+    std::vector<std::vector<float>> storage;
+    std::vector<TensorToWrite> tensors;
+    auto add = [&](const std::string& name, const WeightView& w) {
+      std::vector<float>& values = storage.emplace_back(size_t(w.rows * w.cols));
+      for (int64_t r = 0; r < w.rows; ++r) ops::weight_row_to_f32(values.data() + r * w.cols, w, r);
+      tensors.push_back({name, DType::kF32, {w.rows, w.cols},
+                         std::as_bytes(std::span<const float>(values.data(), values.size()))});
+    };
+    storage.reserve(4096);
+    const ModelWeights& weights = packed->weights();
+    for (const TensorSpec& spec : arch_spec(c.arch).tensor_table(c)) {
+      if (spec.expert >= 0) {
+        const PackedExpert& e = manifest.experts.at(ExpertKey{int32_t(spec.layer), int32_t(spec.expert)});
+        const PackedTensor& t = spec.role == TensorRole::kExpertGate ? e.gate
+                                : spec.role == TensorRole::kExpertUp ? e.up
+                                                                     : e.down;
+        const TensorInfo* info = clusters.at(e.cluster)->find(
+            ctsr_tensor_name(e.key, spec.role == TensorRole::kExpertGate ? "gate"
+                                    : spec.role == TensorRole::kExpertUp ? "up"
+                                                                         : "down"));
+        add(spec.name, WeightView{info->data, t.dtype, t.shape[0], t.shape[1]});
+        continue;
+      }
+      // Dense tensors: the loaded model's views (block types included), except vectors, which
+      // are copied as stored.
+      const TensorInfo* info = dense.find(spec.name);
+      if (info == nullptr) continue;  // tied LM head
+      const LayerWeights* l = spec.layer >= 0 ? &weights.layers[size_t(spec.layer)] : nullptr;
+      const WeightView* view = nullptr;
+      switch (spec.role) {
+        case TensorRole::kTokenEmbd: view = &weights.tok_embd; break;
+        case TensorRole::kOutput: view = &weights.output; break;
+        case TensorRole::kAttnQ: view = &l->wq; break;
+        case TensorRole::kAttnK: view = &l->wk; break;
+        case TensorRole::kAttnV: view = &l->wv; break;
+        case TensorRole::kAttnO: view = &l->wo; break;
+        case TensorRole::kSharedGate: view = &l->shared.gate; break;
+        case TensorRole::kSharedUp: view = &l->shared.up; break;
+        case TensorRole::kSharedDown: view = &l->shared.down; break;
+        case TensorRole::kDenseGate: view = &l->dense.gate; break;
+        case TensorRole::kDenseUp: view = &l->dense.up; break;
+        case TensorRole::kDenseDown: view = &l->dense.down; break;
+        default: break;
+      }
+      if (view != nullptr) {
+        add(spec.name, *view);
+      } else {  // norms, biases, router, shared-expert gate: unchanged by the pack
+        std::vector<float>& values = storage.emplace_back(size_t(info->n_elements()));
+        ops::weight_row_to_f32(values.data(), WeightView{info->data, info->dtype, 1, info->n_elements()}, 0);
+        tensors.push_back({spec.name, DType::kF32, info->shape,
+                           std::as_bytes(std::span<const float>(values.data(), values.size()))});
+      }
+    }
+    write_safetensors(out / "model.safetensors", tensors);
+    return out;
+  }
+
+  // All-position logits of a fixed prompt: the pack through a streamer holding every expert, or a
+  // checkpoint.
+  static std::vector<float> logits(const fs::path& dir, int64_t n_tokens = 12) {
+    const auto model = Model::load(dir);
+    const ModelConfig& c = model->config();
+    ThreadPool pool(2);
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<ExpertStreamer> streamer;
+    ForwardHooks hooks;
+    if (model->experts_streamed()) {
+      backend = make_cpu_backend();
+      StreamerOptions options;
+      options.budget_bytes = int64_t(1) << 30;
+      streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, options);
+      streamer->load_all();
+      hooks = streamer->hooks();
+    }
+    auto runner = make_cpu_runner(*model, pool, 64, 8, hooks);
+    std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
+    for (int64_t i = 0; i < n_tokens; ++i) prompt[size_t(i)] = int32_t((i * 53 + 7) % c.n_vocab);
+    std::vector<float> out(size_t(n_tokens * c.n_vocab));
+    runner->forward(prompt, 0, out.data(), true);
+    return out;
+  }
+
+  static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+    return worst;
+  }
+
+  fs::path work_;
+};
+
+struct Case {
+  const char* model;
+  std::optional<DType> experts, dense;
+};
+
+TEST_F(QuantizedPack, ForwardEqualsTheF32ForwardOverTheDequantizedWeights) {
+  const fs::path demo = fs::path(CHRONOS_SOURCE_DIR) / "models" / "default";
+  const std::vector<std::pair<fs::path, Case>> cases = {
+      {fixture("qwen2_moe-f32"), {"qwen2_moe-f32", DType::kQ8_0, DType::kQ8_0}},
+      {fixture("mixtral-bf16"), {"mixtral-bf16", DType::kQ4_0, std::nullopt}},
+      {fixture("olmoe-f32"), {"olmoe-f32", DType::kQ2_K, DType::kQ4_K}},  // K types fall back on 64-wide rows
+      {demo, {"demo", DType::kQ4_K, DType::kQ8_0}},                       // Q4_K on 256-wide rows, Q5_0 on 128
+  };
+  for (const auto& [dir, test] : cases) {
+    SCOPED_TRACE(test.model);
+    const fs::path packed = pack(dir, test.experts, test.dense, test.model);
+    const PackManifest manifest = PackManifest::load(packed);
+    EXPECT_EQ(manifest.dtype, dtype_name(*test.experts));
+    for (const auto& [key, e] : manifest.experts)
+      for (const PackedTensor* t : {&e.gate, &e.up, &e.down})
+        ASSERT_TRUE(dtype_is_block(t->dtype)) << "layer " << key.layer << " expert " << key.expert;
+    const auto quantized = logits(packed);
+    const auto reference = logits(dequantized_checkpoint(dir, packed));
+    // Same weights, two kernel families: only the summation order differs.
+    EXPECT_LE(max_abs_diff(quantized, reference), 2e-3);
+  }
+}
+
+TEST_F(QuantizedPack, DemoModelAt8BitsStaysCloseToBf16) {
+  const fs::path demo = fs::path(CHRONOS_SOURCE_DIR) / "models" / "default";
+  const auto exact = logits(demo, 24);
+  const auto q8 = logits(pack(demo, DType::kQ8_0, DType::kQ8_0, "demo-q8"), 24);
+  const int64_t n_vocab = int64_t(exact.size()) / 24;
+  int agree = 0;
+  for (int64_t t = 0; t < 24; ++t) {
+    const auto row = [&](const std::vector<float>& v) { return v.begin() + t * n_vocab; };
+    agree += std::max_element(row(exact), row(exact) + n_vocab) - row(exact) ==
+             std::max_element(row(q8), row(q8) + n_vocab) - row(q8);
+  }
+  EXPECT_GE(agree, 22) << "top-1 agreement of Q8_0 with the bf16 model, of 24 positions";
+  EXPECT_LE(max_abs_diff(exact, q8), 0.5);
+}
+
+TEST_F(QuantizedPack, DenseMetadataIsCheckedAtLoad) {
+  const fs::path packed = pack(fixture("qwen2_moe-f32"), DType::kQ8_0, DType::kQ8_0, "bad-metadata");
+  // Rewrite dense.safetensors with one quantized tensor claiming another type: its bytes no longer fit.
+  const TensorStore store = TensorStore::open(packed / "dense.safetensors");
+  std::vector<TensorToWrite> tensors;
+  for (const TensorInfo* t : store.all())
+    tensors.push_back({t->name, t->dtype, t->shape, std::span<const std::byte>(t->data, size_t(t->n_bytes))});
+  auto metadata = nlohmann::json::parse(*store.metadata(kQuantizedTensorsKey));
+  const std::string victim = metadata.begin().key();
+  metadata[victim]["dtype"] = "Q4_0";
+  write_safetensors(work_ / "dense.safetensors", tensors, {{kQuantizedTensorsKey, metadata.dump()}});
+  fs::rename(work_ / "dense.safetensors", packed / "dense.safetensors");
+  try {
+    Model::load(packed);
+    FAIL() << "a quantized tensor whose bytes do not match its type was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(victim), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace chronos
