@@ -6,9 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
 #include "chronos/backend.h"
@@ -16,6 +14,7 @@
 #include "chronos/expert_cache.h"
 #include "chronos/pack_format.h"
 #include "chronos/prefetcher.h"
+#include "chronos/shared_expert_cache.h"
 
 namespace chronos {
 namespace {
@@ -34,27 +33,24 @@ PassResult read_pack(const PackManifest& manifest, const std::filesystem::path& 
                      const AsyncPrefetcher::Options& options) {
   int64_t slot_bytes = 0;
   for (const auto& [key, e] : manifest.experts) slot_bytes = std::max(slot_bytes, e.bytes);
-  ExpertCache cache(backend, {slot_bytes * std::ssize(manifest.experts), slot_bytes});
-  for (const auto& [key, e] : manifest.experts) {
-    const auto slot = cache.begin_load(key);
-    CHRONOS_CHECK(slot.has_value());
-    std::memset(slot->data, 0, size_t(slot_bytes));
-    cache.abort_load(key);
+  SharedExpertCache cache(backend, {slot_bytes * std::ssize(manifest.experts), slot_bytes});
+  {
+    auto locked = cache.lock();
+    for (const auto& [key, e] : manifest.experts) {
+      const auto slot = locked->begin_load(key);
+      CHRONOS_CHECK(slot.has_value());
+      std::memset(slot->data, 0, size_t(slot_bytes));
+      locked->abort_load(key);
+    }
   }
   std::vector<FetchRequest> requests;
   for (const PackCluster& cluster : manifest.clusters)
     for (const ExpertKey& key : cluster.experts) requests.push_back({key, FetchPriority::kLater, 0});
 
-  std::mutex mutex;
-  std::condition_variable loaded;
-  AsyncPrefetcher prefetcher(manifest, pack_dir, cache, mutex, loaded, backend, options);
+  AsyncPrefetcher prefetcher(manifest, pack_dir, cache, backend, options);
   const auto start = Clock::now();
   prefetcher.enqueue(requests);
-  {
-    std::unique_lock lock(mutex);
-    while (prefetcher.stats().reads < std::ssize(requests) && !prefetcher.error())
-      loaded.wait_for(lock, std::chrono::milliseconds(1));
-  }
+  cache.lock().wait([&] { return prefetcher.stats().reads >= std::ssize(requests) || prefetcher.error(); });
   PassResult result;
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (prefetcher.error()) std::rethrow_exception(prefetcher.error());

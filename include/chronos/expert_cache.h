@@ -5,8 +5,9 @@
 // slot's Event and calls finish_load. The compute side calls acquire, waits on `ready` when the
 // state is kLoading, computes, and calls release.
 //
-// Not thread-safe: the prefetcher and the compute side share one ExpertCache behind a mutex they
-// own. Event waits happen outside that mutex (the Event pointer stays valid while pinned).
+// Not thread-safe: the prefetcher and the compute side share one through SharedExpertCache
+// (shared_expert_cache.h), which holds it with its mutex. Event waits happen outside that mutex
+// (the Event pointer stays valid while pinned).
 #pragma once
 
 #include <cstdint>

@@ -2,10 +2,8 @@
 // AsyncPrefetcher, with the miss policy (wait for the read, or the soft-gated fallback).
 #pragma once
 
-#include <condition_variable>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "chronos/backend.h"
@@ -14,6 +12,7 @@
 #include "chronos/pack_format.h"
 #include "chronos/predictors.h"
 #include "chronos/prefetcher.h"
+#include "chronos/shared_expert_cache.h"
 
 namespace chronos {
 
@@ -85,8 +84,8 @@ class ExpertStreamer final : public ExpertProvider {
   void load_all();
   int64_t step() const { return step_; }
   AsyncPrefetcher& prefetcher() { return *prefetcher_; }
-  ExpertCache& cache() { return *cache_; }
-  std::mutex& cache_mutex() { return mutex_; }
+  // The cache with its lock (cache().lock() reaches the ExpertCache).
+  SharedExpertCache& cache() { return *cache_; }
   const PackManifest& manifest() const { return manifest_; }
   StreamerStats stats() const;
   int64_t n_slots() const { return cache_->n_slots(); }
@@ -99,9 +98,7 @@ class ExpertStreamer final : public ExpertProvider {
   const Model& model_;
   PackManifest manifest_;
   StreamerOptions options_;
-  mutable std::mutex mutex_;  // guards cache_ and the stats below
-  std::condition_variable loaded_;
-  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<SharedExpertCache> cache_;     // its lock also guards stats_
   std::unique_ptr<AsyncPrefetcher> prefetcher_;  // after cache_: stops (and drains) first
   std::vector<FfnWeights> views_;                // [n_expert] for the layer being computed
   std::vector<uint8_t> pinned_;                  // [n_expert] whether acquire pinned it

@@ -8,19 +8,17 @@
 // (or polls it, in fallback mode); nothing synchronizes a whole stream or device.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 
-#include "chronos/expert_cache.h"
 #include "chronos/io_ring.h"
 #include "chronos/pack_format.h"
 #include "chronos/read_planner.h"
+#include "chronos/shared_expert_cache.h"
 
 namespace chronos {
 
@@ -64,19 +62,23 @@ class AsyncPrefetcher {
     int64_t staging_bytes = 0;
   };
 
-  // The cache and the mutex/condition variable that guard it are shared with the compute side;
-  // `loaded` is notified whenever an expert becomes ready or a load fails.
-  AsyncPrefetcher(const PackManifest& manifest, const std::filesystem::path& pack_dir, ExpertCache& cache,
-                  std::mutex& cache_mutex, std::condition_variable& loaded, Backend& backend, const Options& options);
+  // The cache is shared with the compute side (its lock order and waking rules are in
+  // shared_expert_cache.h): the cache is notified whenever an expert becomes ready, a load fails,
+  // queued requests are dropped (cancelled, or no slot for them) and when the prefetcher stops.
+  AsyncPrefetcher(const PackManifest& manifest, const std::filesystem::path& pack_dir, SharedExpertCache& cache,
+                  Backend& backend, const Options& options);
   ~AsyncPrefetcher();
   AsyncPrefetcher(const AsyncPrefetcher&) = delete;
   AsyncPrefetcher& operator=(const AsyncPrefetcher&) = delete;
 
-  // Thread-safe. A key already queued keeps the more urgent of its priorities.
+  // Thread-safe; may be called with the cache lock held. A key already queued keeps the more
+  // urgent of its priorities.
   void enqueue(std::span<const FetchRequest> requests);
   // Drops queued (not yet issued) requests made before `step` whose priority is not kDemand.
+  // Call it without the cache lock: it notifies the cache's waiters when it drops any.
   void cancel_stale(int64_t step);
-  // The first read or checksum error of the I/O thread, or nullptr. Sticky.
+  // The first read or checksum error of the I/O thread, or nullptr. Sticky. Like stats(), may be
+  // called with the cache lock held.
   std::exception_ptr error() const;
   PrefetchStats stats() const;
   const char* io_backend() const;

@@ -57,8 +57,8 @@ ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& 
   cache_options.budget_bytes = options.budget_bytes;
   cache_options.slot_bytes = largest_extent(manifest_);
   cache_options.policy = options.policy;
-  cache_ = std::make_unique<ExpertCache>(backend, cache_options);
-  prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, mutex_, loaded_, backend, options.prefetch);
+  cache_ = std::make_unique<SharedExpertCache>(backend, cache_options);
+  prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, backend, options.prefetch);
   views_.resize(size_t(c.n_expert));
   pinned_.assign(size_t(c.n_expert), 0);
   consumed_.assign(size_t(c.n_expert), nullptr);
@@ -90,7 +90,7 @@ void ExpertStreamer::begin_request() { intent_pending_ = options_.mode == Prefet
 void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
   requests_.clear();
   {
-    std::lock_guard lock(mutex_);
+    const auto cache = cache_->lock();
     for (const ExpertScore& s : scores) {
       const int64_t horizon = intent ? 0 : s.horizon;
       const FetchPriority priority = intent ? FetchPriority::kIntent
@@ -98,7 +98,7 @@ void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
                                      : horizon == 1 ? FetchPriority::kNextToken
                                                     : FetchPriority::kLater;
       // Steps count forward calls; the step being computed now is step_.
-      if (!intent) cache_->protect(s.key, step_ + horizon + 1);
+      if (!intent) cache->protect(s.key, step_ + horizon + 1);
       requests_.push_back(FetchRequest{s.key, priority, step_ + horizon});
     }
     stats_.predicted += std::ssize(requests_);
@@ -126,7 +126,7 @@ void ExpertStreamer::on_block(int64_t layer, std::span<const float> hidden, int6
                                                            : int32_t(model_.config().n_expert_used);
   predictors_->lookahead(hidden.subspan(size_t((n_tokens - 1) * d), size_t(d)), per_layer, scores_);
   request(scores_, false);
-  std::lock_guard lock(mutex_);
+  const auto locked = cache_->lock();
   stats_.predict_seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -147,9 +147,9 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     const int32_t e = experts[i];
     const ExpertKey key{int32_t(layer), e};
     const PackedExpert& packed = manifest_.experts.at(key);
-    std::unique_lock lock(mutex_);
+    auto cache = cache_->lock();
     ++stats_.lookups;
-    ExpertCache::Lookup slot = cache_->acquire(key);
+    ExpertCache::Lookup slot = cache->acquire(key);
     if (slot.state == SlotState::kEmpty) ++stats_.misses;
     else if (slot.state == SlotState::kLoading) ++stats_.hits_loading;
     else ++stats_.hits;
@@ -157,9 +157,9 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     if (options_.on_miss == OnMiss::kFallback) {
       // Never block: only an expert whose bytes are usable right now is computed.
       if (slot.state != SlotState::kReady || !slot.ready->query()) {
-        if (slot.state != SlotState::kEmpty) cache_->release(key);
+        if (slot.state != SlotState::kEmpty) cache->release(key);
         ++stats_.fallbacks;
-        lock.unlock();
+        cache.unlock();
         if (slot.state == SlotState::kEmpty) {  // fetched for the tokens that follow
           const FetchRequest request{key, FetchPriority::kDemand, step_};
           prefetcher_->enqueue({&request, 1});
@@ -172,48 +172,47 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
       const auto start = Clock::now();
       const bool requested = slot.state == SlotState::kEmpty;
       const FetchRequest request{key, FetchPriority::kDemand, step_};
+      // Every load that finishes or fails wakes this thread (shared_expert_cache.h).
       for (;;) {
         if (prefetcher_->error() != nullptr) break;
-        const SlotState state = cache_->find(key).state;
+        const SlotState state = cache->find(key).state;
         if (state == SlotState::kReady) break;
         // An expert read on demand is not pinned until this thread wakes, so a prefetch may evict
-        // it in between; whenever it is absent (not loading, not ready), ask for it (again). A key
-        // is queued once however often it is asked for.
-        if (requested && state == SlotState::kEmpty) {
-          lock.unlock();
-          prefetcher_->enqueue({&request, 1});
-          lock.lock();
-          if (cache_->find(key).state != SlotState::kEmpty) continue;
-        }
-        loaded_.wait_for(lock, std::chrono::milliseconds(2));
+        // it in between; whenever it is absent (not loading, not ready), ask for it (again), under
+        // the cache lock, so no load can finish between the request and the sleep. A key is queued
+        // once however often it is asked for.
+        if (requested && state == SlotState::kEmpty) prefetcher_->enqueue({&request, 1});
+        cache.wait();
       }
       if (const auto error = prefetcher_->error()) {
-        if (!requested) cache_->release(key);
+        if (!requested) cache->release(key);
         std::rethrow_exception(error);
       }
-      slot = requested ? cache_->acquire(key) : cache_->find(key);  // pin it (already pinned if it was loading)
+      slot = requested ? cache->acquire(key) : cache->find(key);  // pin it (already pinned if it was loading)
       ++stats_.waits;
       if (compute_stream_ == nullptr) {
-        lock.unlock();
+        cache.unlock();
         slot.ready->wait();
-        lock.lock();
+        cache.relock();
       }
       stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    lock.unlock();
+    cache.unlock();
     if (compute_stream_ != nullptr) {
       // kReady means the copy into the slot has been queued and its event recorded, so the
       // stream's wait covers that copy (waiting on an event recorded later would be too late).
       if (!slot.ready->query()) {
         compute_stream_->wait_event(*slot.ready);
-        std::lock_guard relock(mutex_);
+        cache.relock();
         ++stats_.device_waits;
+        cache.unlock();
       }
     } else if (!slot.ready->query()) {  // ready in the cache, the copy event not yet signalled
       const auto start = Clock::now();
       slot.ready->wait();
-      std::lock_guard relock(mutex_);
+      cache.relock();
       stats_.stall_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      cache.unlock();
     }
     consumed_[size_t(e)] = slot.consumed;
     views_[size_t(e)] = view_of(packed, slot.data);
@@ -224,12 +223,12 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
 }
 
 void ExpertStreamer::release(int64_t layer, std::span<const int32_t> experts) {
-  std::lock_guard lock(mutex_);
+  const auto cache = cache_->lock();
   for (const int32_t e : experts) {
     if (!pinned_[size_t(e)]) continue;
     // Kernels reading the slot may still be queued: the next copy into it waits for this event.
     if (compute_stream_ != nullptr) compute_stream_->record(*consumed_[size_t(e)]);
-    cache_->release(ExpertKey{int32_t(layer), e});
+    cache->release(ExpertKey{int32_t(layer), e});
     pinned_[size_t(e)] = 0;
   }
 }
@@ -238,9 +237,9 @@ void ExpertStreamer::begin_step() {
   if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
   int64_t step;
   {
-    std::lock_guard lock(mutex_);
+    const auto cache = cache_->lock();
     step = ++step_;
-    cache_->advance_step(step);
+    cache->advance_step(step);
   }
   prefetcher_->cancel_stale(step);
   if (options_.mode == PrefetchMode::kLru && !previous_token_.empty()) {
@@ -259,21 +258,20 @@ void ExpertStreamer::load_all() {
     throw_error("loading all {} experts needs {} cache slots, the budget holds {}", all.size(), all.size(),
                 cache_->n_slots());
   prefetcher_->enqueue(all);
-  std::unique_lock lock(mutex_);
-  for (;;) {
-    if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
-    const bool ready = std::all_of(all.begin(), all.end(), [&](const FetchRequest& r) {
-      return cache_->find(r.key).state == SlotState::kReady;
-    });
-    if (ready) return;
-    loaded_.wait_for(lock, std::chrono::milliseconds(2));  // notified on every load; the timeout covers errors
-  }
+  auto cache = cache_->lock();
+  // Woken by every load and by a read error (shared_expert_cache.h).
+  cache.wait([&] {
+    return prefetcher_->error() != nullptr || std::all_of(all.begin(), all.end(), [&](const FetchRequest& r) {
+             return cache->find(r.key).state == SlotState::kReady;
+           });
+  });
+  if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
 }
 
 StreamerStats ExpertStreamer::stats() const {
-  std::lock_guard lock(mutex_);
+  const auto cache = cache_->lock();
   StreamerStats out = stats_;
-  out.cache = cache_->stats();
+  out.cache = cache->stats();
   out.prefetch = prefetcher_->stats();
   return out;
 }

@@ -1,5 +1,5 @@
 // AsyncPrefetcher's I/O loop: planned reads -> IoRing (file-adjacent experts coalesced) into cache
-// slots or staging buffers -> checksum -> (optional latency) -> copy -> ready.
+// slots or staging buffers -> checksum -> (optional latency) -> copy -> ready, and the waiters told.
 #include "chronos/prefetcher.h"
 
 #include <algorithm>
@@ -45,9 +45,7 @@ struct AsyncPrefetcher::Impl {
 
   const PackManifest& manifest;
   std::filesystem::path pack_dir;
-  ExpertCache& cache;
-  std::mutex& cache_mutex;
-  std::condition_variable& loaded;
+  SharedExpertCache& cache;
   Backend& backend;
   Options options;
 
@@ -57,6 +55,7 @@ struct AsyncPrefetcher::Impl {
   std::unique_ptr<Stream> copy_stream;
   std::optional<StagingPool> staging;  // made after the files and the ring; empty on the CPU backend
 
+  // The queue lock: taken after the cache lock, never before it (shared_expert_cache.h).
   mutable std::mutex queue_mutex;  // guards planner (except group_runs), stats, error, stopping
   std::condition_variable queue_cv;
   ReadPlanner planner;
@@ -81,13 +80,10 @@ struct AsyncPrefetcher::Impl {
     return out;
   }
 
-  Impl(const PackManifest& m, std::filesystem::path dir, ExpertCache& c, std::mutex& cm, std::condition_variable& cv,
-       Backend& b, Options o)
+  Impl(const PackManifest& m, std::filesystem::path dir, SharedExpertCache& c, Backend& b, Options o)
       : manifest(m),
         pack_dir(std::move(dir)),
         cache(c),
-        cache_mutex(cm),
-        loaded(cv),
         backend(b),
         options(std::move(o)),
         planner(manifest, planner_options(options)) {
@@ -116,11 +112,16 @@ struct AsyncPrefetcher::Impl {
     queue_cv.notify_all();
     thread.join();
     copy_stream->synchronize();  // before the staging buffers go
+    cache.notify_loaded();       // nothing more will load
   }
 
+  // Records the first error and wakes the cache's waiters: they rethrow it.
   void fail(const std::string& message) {
-    std::lock_guard lock(queue_mutex);
-    if (!error) error = std::make_exception_ptr(Error(message));
+    {
+      std::lock_guard lock(queue_mutex);
+      if (!error) error = std::make_exception_ptr(Error(message));
+    }
+    cache.notify_loaded();
   }
 
   // Reserves a slot per picked expert and issues the reads, adjacent experts as one vectored
@@ -129,6 +130,7 @@ struct AsyncPrefetcher::Impl {
   size_t issue(const std::vector<PlannedRead>& picked) {
     std::vector<size_t> started;  // in_flight indices, most urgent first
     std::vector<PlannedRead> retry;
+    bool dropped = false;
     for (const PlannedRead& queued : picked) {
       const ExpertKey key = queued.key;
       const auto found = manifest.experts.find(key);
@@ -139,13 +141,13 @@ struct AsyncPrefetcher::Impl {
       const PackedExpert& expert = found->second;
       std::optional<ExpertCache::Lookup> slot;
       {
-        std::lock_guard lock(cache_mutex);
-        if (cache.find(key).state != SlotState::kEmpty) {
+        auto locked = cache.lock();
+        if (locked->find(key).state != SlotState::kEmpty) {
           std::lock_guard q(queue_mutex);
           ++stats.already_present;
           continue;
         }
-        slot = cache.begin_load(key, queued.priority == FetchPriority::kDemand);
+        slot = locked->begin_load(key, queued.priority == FetchPriority::kDemand);
       }
       if (!slot) {
         if (queued.priority == FetchPriority::kDemand) {
@@ -153,6 +155,7 @@ struct AsyncPrefetcher::Impl {
         } else {
           std::lock_guard q(queue_mutex);
           ++stats.no_slot;
+          dropped = true;
         }
         continue;
       }
@@ -174,6 +177,7 @@ struct AsyncPrefetcher::Impl {
       std::lock_guard q(queue_mutex);
       for (const PlannedRead& queued : retry) planner.requeue(queued);
     }
+    if (dropped) cache.notify_loaded();
     if (started.empty()) return 0;
 
     std::vector<const PackedExpert*> experts;  // of `started`
@@ -233,10 +237,7 @@ struct AsyncPrefetcher::Impl {
       backend.copy_to_device(*copy_stream, f.slot.data, f.slot.data, size_t(f.expert->bytes));
       copy_stream->record(*f.slot.ready);
     }
-    {
-      std::lock_guard lock(cache_mutex);
-      cache.finish_load(f.key);
-    }
+    cache.lock()->finish_load(f.key);
     {
       std::lock_guard q(queue_mutex);
       ++stats.reads;
@@ -245,21 +246,17 @@ struct AsyncPrefetcher::Impl {
     }
     f.used = false;
     --n_busy;
-    loaded.notify_all();
+    cache.notify_loaded();
   }
 
   void abort(size_t index, const std::string& message) {
     InFlight& f = in_flight[index];
     if (f.staging >= 0) staging->release(f.staging);  // nothing to copy
     copy_stream->record(*f.slot.ready);               // wakes anyone waiting on the event
-    {
-      std::lock_guard lock(cache_mutex);
-      cache.abort_load(f.key);
-    }
+    cache.lock()->abort_load(f.key);
     f.used = false;
     --n_busy;
-    fail(message);
-    loaded.notify_all();
+    fail(message);  // and the cache's waiters
   }
 
   // One IoRing request finished: each expert of its run is judged on the bytes that reached it.
@@ -395,9 +392,8 @@ struct AsyncPrefetcher::Impl {
 };
 
 AsyncPrefetcher::AsyncPrefetcher(const PackManifest& manifest, const std::filesystem::path& pack_dir,
-                                 ExpertCache& cache, std::mutex& cache_mutex, std::condition_variable& loaded,
-                                 Backend& backend, const Options& options)
-    : impl_(std::make_unique<Impl>(manifest, pack_dir, cache, cache_mutex, loaded, backend, options)) {}
+                                 SharedExpertCache& cache, Backend& backend, const Options& options)
+    : impl_(std::make_unique<Impl>(manifest, pack_dir, cache, backend, options)) {}
 
 AsyncPrefetcher::~AsyncPrefetcher() = default;
 
@@ -410,8 +406,13 @@ void AsyncPrefetcher::enqueue(std::span<const FetchRequest> requests) {
 }
 
 void AsyncPrefetcher::cancel_stale(int64_t step) {
-  std::lock_guard q(impl_->queue_mutex);
-  impl_->stats.cancelled += impl_->planner.cancel_stale(step);
+  int64_t dropped;
+  {
+    std::lock_guard q(impl_->queue_mutex);
+    dropped = impl_->planner.cancel_stale(step);
+    impl_->stats.cancelled += dropped;
+  }
+  if (dropped > 0) impl_->cache.notify_loaded();
 }
 
 std::exception_ptr AsyncPrefetcher::error() const {

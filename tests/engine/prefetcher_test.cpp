@@ -15,6 +15,7 @@
 #include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/prefetcher.h"
+#include "chronos/shared_expert_cache.h"
 
 namespace chronos {
 namespace {
@@ -48,12 +49,11 @@ class PrefetcherTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {
   void start(AsyncPrefetcher::Options options) {
     int64_t slot_bytes = 0;
     for (const auto& [key, e] : manifest_.experts) slot_bytes = std::max(slot_bytes, e.bytes);
-    cache_ = std::make_unique<ExpertCache>(
+    cache_ = std::make_unique<SharedExpertCache>(
         *backend_, ExpertCache::Options{slot_bytes * std::ssize(manifest_.experts), slot_bytes});
     options.coalesce = coalesce();
     options.force_pread = force_pread();
-    prefetcher_ =
-        std::make_unique<AsyncPrefetcher>(manifest_, work_ / "pack", *cache_, mutex_, loaded_, *backend_, options);
+    prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, work_ / "pack", *cache_, *backend_, options);
   }
 
   // The experts of the largest cluster, in file order.
@@ -65,21 +65,20 @@ class PrefetcherTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {
   }
 
   // Waits until `n_ready` experts have been read and an error has (or has not) been seen. The
-  // prefetcher counts outside the cache mutex, so a notification can slip past: wait in slices.
+  // prefetcher notifies the cache after counting each read and after an error, so the wait needs no
+  // polling; a missed notification runs into the deadline and fails the test.
   void wait_for(int64_t n_ready, bool failed) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     const auto done = [&] {
       return prefetcher_->stats().reads == n_ready && (prefetcher_->error() != nullptr) == failed;
     };
-    std::unique_lock lock(mutex_);
-    while (!done() && std::chrono::steady_clock::now() < deadline) loaded_.wait_for(lock, std::chrono::milliseconds(5));
-    ASSERT_TRUE(done()) << prefetcher_->stats().reads << " of " << n_ready << " read";
+    const bool reached = cache_->lock().wait_until(deadline, done);
+    ASSERT_TRUE(reached) << prefetcher_->stats().reads << " of " << n_ready << " read";
   }
 
   // The slot's bytes against the cluster file's bytes of the expert's extent.
   void expect_slot_matches_file(const PackedExpert& expert, const std::string& file_bytes) {
-    std::lock_guard lock(mutex_);
-    const ExpertCache::Lookup slot = cache_->find(expert.key);
+    const ExpertCache::Lookup slot = cache_->lock()->find(expert.key);
     ASSERT_EQ(slot.state, SlotState::kReady) << "layer " << expert.key.layer << " expert " << expert.key.expert;
     ASSERT_EQ(std::memcmp(slot.data, file_bytes.data() + expert.offset, size_t(expert.bytes)), 0)
         << "layer " << expert.key.layer << " expert " << expert.key.expert;
@@ -93,9 +92,7 @@ class PrefetcherTest : public ::testing::TestWithParam<std::tuple<bool, bool>> {
   fs::path work_;
   PackManifest manifest_;
   std::unique_ptr<Backend> backend_;
-  std::mutex mutex_;
-  std::condition_variable loaded_;
-  std::unique_ptr<ExpertCache> cache_;
+  std::unique_ptr<SharedExpertCache> cache_;
   std::unique_ptr<AsyncPrefetcher> prefetcher_;  // last: stops before the cache goes
 };
 
@@ -175,8 +172,7 @@ TEST_P(PrefetcherTest, AFlippedByteFailsOnlyItsExpertInACoalescedRun) {
   for (size_t i = 0; i < 8; ++i) {
     const PackedExpert& expert = manifest_.experts.at(c.experts[i]);
     if (i == 3) {
-      std::lock_guard lock(mutex_);
-      EXPECT_EQ(cache_->find(expert.key).state, SlotState::kEmpty);
+      EXPECT_EQ(cache_->lock()->find(expert.key).state, SlotState::kEmpty);
     } else {
       expect_slot_matches_file(expert, bytes);
     }
@@ -204,11 +200,11 @@ TEST_P(PrefetcherTest, AReadErrorFailsEveryExpertOfItsRunAndNoOther) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("Input/output error"), std::string::npos) << e.what();
   }
-  std::lock_guard lock(mutex_);
+  const auto cache = cache_->lock();
   for (size_t i = 0; i < requests.size(); ++i) {
     const ExpertKey key = requests[i].key;
     const bool in_bad_run = coalesce() ? i >= 4 : key == c.experts[9];
-    EXPECT_EQ(cache_->find(key).state, in_bad_run ? SlotState::kEmpty : SlotState::kReady)
+    EXPECT_EQ(cache->find(key).state, in_bad_run ? SlotState::kEmpty : SlotState::kReady)
         << "layer " << key.layer << " expert " << key.expert;
   }
   EXPECT_EQ(prefetcher_->stats().io_requests, coalesce() ? 2 : 8);

@@ -324,15 +324,13 @@ TEST_F(StaleRequests, QueuedRequestsOfAPastStepAreDroppedAndNeverRead) {
   for (const bool force_pread : {false, true}) {  // the injector runs on the I/O thread, or on a pread worker
     SCOPED_TRACE(force_pread ? "pread" : "default I/O backend");
     const int64_t slot = slot_bytes(work_pack());
-    ExpertCache cache(*backend_, ExpertCache::Options{slot * std::ssize(keys_), slot});
-    std::mutex mutex;
-    std::condition_variable loaded;
+    SharedExpertCache cache(*backend_, ExpertCache::Options{slot * std::ssize(keys_), slot});
     auto gate = std::make_shared<ReadGate>();
     AsyncPrefetcher::Options options;
     options.queue_depth = 1;
     options.force_pread = force_pread;
     options.fault_injector = [gate](const ReadRequest& r) { return gate->hold(r); };
-    AsyncPrefetcher prefetcher(manifest_, work_pack(), cache, mutex, loaded, *backend_, options);
+    AsyncPrefetcher prefetcher(manifest_, work_pack(), cache, *backend_, options);
     const ReadGate::Opener opener{gate};  // before the prefetcher drains
 
     // keys_[0] occupies the only read; everything below waits in the queue.
@@ -359,19 +357,15 @@ TEST_F(StaleRequests, QueuedRequestsOfAPastStepAreDroppedAndNeverRead) {
 
     gate->open_now();
     const std::vector<ExpertKey> kept = {keys_[0], keys_[5], keys_[6], keys_[7], keys_[8]};
-    {
-      std::unique_lock lock(mutex);
-      const auto deadline = std::chrono::steady_clock::now() + 20s;
-      while (prefetcher.stats().reads < std::ssize(kept) && std::chrono::steady_clock::now() < deadline)
-        loaded.wait_for(lock, 5ms);
-    }
+    cache.lock().wait_until(std::chrono::steady_clock::now() + 20s,
+                            [&] { return prefetcher.stats().reads >= std::ssize(kept); });
     ASSERT_EQ(prefetcher.error(), nullptr);
     EXPECT_EQ(prefetcher.stats().reads, std::ssize(kept));
-    std::lock_guard lock(mutex);
+    const auto locked = cache.lock();
     for (const ExpertKey& key : kept)
-      EXPECT_EQ(cache.find(key).state, SlotState::kReady) << "layer " << key.layer << " expert " << key.expert;
+      EXPECT_EQ(locked->find(key).state, SlotState::kReady) << "layer " << key.layer << " expert " << key.expert;
     for (size_t i = 1; i <= 4; ++i)
-      EXPECT_EQ(cache.find(keys_[i]).state, SlotState::kEmpty)
+      EXPECT_EQ(locked->find(keys_[i]).state, SlotState::kEmpty)
           << "cancelled, yet read: layer " << keys_[i].layer << " expert " << keys_[i].expert;
   }
 }
@@ -479,8 +473,7 @@ TEST_F(PrefetchMechanism, APredictedExpertOutlivesDemandLoadsUntilItsStepThenGoe
     streamer.release(key.layer, {&key.expert, 1});
   };
   const auto resident = [&](ExpertKey key) {
-    std::lock_guard lock(streamer.cache_mutex());
-    return streamer.cache().find(key).state != SlotState::kEmpty;
+    return streamer.cache().lock()->find(key).state != SlotState::kEmpty;
   };
 
   streamer.begin_step();
