@@ -81,6 +81,7 @@ class SharedExpertCache {
   // Fixed at construction: read without the lock.
   int64_t n_slots() const { return cache_.n_slots(); }
   int64_t slot_bytes() const { return cache_.slot_bytes(); }
+  int64_t budget_bytes() const { return cache_.budget_bytes(); }
 
  private:
   mutable std::mutex mutex_;
