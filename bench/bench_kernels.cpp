@@ -285,7 +285,8 @@ void BM_QuantDotError(benchmark::State& state) {
   for (auto& v : x) v = normal(rng);
   std::vector<uint8_t> bytes(size_t(rows * row_bytes));
   quantize_rows(DType::kQ4_0, w.data(), bytes.data(), rows, cols);
-  for (int64_t r = 0; r < rows; ++r) dequantize_row(DType::kQ4_0, bytes.data() + r * row_bytes, w_deq.data() + r * cols, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(DType::kQ4_0, bytes.data() + r * row_bytes, w_deq.data() + r * cols, cols);
   ThreadPool pool(1);
   double err_f32 = 0, err_int = 0, err_weights = 0, energy = 0;
   for (auto _ : state) {
@@ -298,7 +299,8 @@ void BM_QuantDotError(benchmark::State& state) {
         exact += double(w_deq[size_t(r * cols + c)]) * double(x[size_t(c)]);
         original += double(w[size_t(r * cols + c)]) * double(x[size_t(c)]);
       }
-      const double y_int = __builtin_cpu_supports("avx2") ? dot_q4_0_q8_avx2(bytes.data() + r * row_bytes, a, cols) : 0.0;
+      const double y_int =
+          __builtin_cpu_supports("avx2") ? dot_q4_0_q8_avx2(bytes.data() + r * row_bytes, a, cols) : 0.0;
       err_f32 += (y_f32[size_t(r)] - exact) * (y_f32[size_t(r)] - exact);
       err_int += (y_int - exact) * (y_int - exact);
       err_weights += (exact - original) * (exact - original);

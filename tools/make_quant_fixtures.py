@@ -80,7 +80,8 @@ def chronos_quantize(binary: Path, type_name: str, x: np.ndarray) -> np.ndarray:
         subprocess.run([str(binary), "--gtest_also_run_disabled_tests", "--gtest_filter=QuantFixtureTool.*"],
                        env=env, check=True, stdout=subprocess.DEVNULL)
         block, block_bytes = BLOCK_BYTES[type_name]
-        return np.frombuffer(out_path.read_bytes(), dtype=np.uint8).reshape(x.shape[0], x.shape[1] // block * block_bytes)
+        quantized = np.frombuffer(out_path.read_bytes(), dtype=np.uint8)
+        return quantized.reshape(x.shape[0], x.shape[1] // block * block_bytes)
 
 
 def main() -> int:

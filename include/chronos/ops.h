@@ -1,7 +1,7 @@
 // CPU ops: free functions over plain arrays; outputs first, inputs const, sizes explicit.
 // Activations are f32; weight matrices stay in their checkpoint dtype (F32, F16, BF16) or a
-// block-quantized type (chronos/quant.h) and are converted on the fly, accumulating in f32. Each op has a scalar reference in
-// kernels/cpu and AVX2/AVX-512 versions chosen once at run time.
+// block-quantized type (chronos/quant.h) and are converted on the fly, accumulating in f32.
+// Each op has a scalar reference in kernels/cpu and AVX2/AVX-512 versions chosen once at run time.
 #pragma once
 
 #include <cstdint>

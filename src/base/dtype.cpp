@@ -89,8 +89,8 @@ std::optional<DType> block_dtype_from_name(std::string_view name) {
 
 DType block_dtype_for_row(DType wanted, int64_t row_length) {
   CHRONOS_CHECK_MSG(dtype_is_block(wanted), "block_dtype_for_row: {} is not a block type", dtype_name(wanted));
-  CHRONOS_CHECK_MSG(row_length > 0 && row_length % 32 == 0, "block_dtype_for_row: a row of {} weights fits no block type",
-                    row_length);
+  CHRONOS_CHECK_MSG(row_length > 0 && row_length % 32 == 0,
+                    "block_dtype_for_row: a row of {} weights fits no block type", row_length);
   if (row_length % dtype_block_elements(wanted) == 0) return wanted;
   switch (wanted) {
     case DType::kQ4_K: return DType::kQ5_0;

@@ -87,7 +87,8 @@ TEST(QuantFixtures, QuantizerReproducesTheStoredBytes) {
     quantize_rows(f.dtype, f.input.data(), bytes.data(), f.rows, f.cols);
     const int64_t row_bytes = dtype_row_bytes(f.dtype, f.cols);
     for (int64_t i = 0; i < int64_t(bytes.size()); ++i)
-      ASSERT_EQ(bytes[size_t(i)], f.quantized[size_t(i)]) << type << " row " << i / row_bytes << " byte " << i % row_bytes;
+      ASSERT_EQ(bytes[size_t(i)], f.quantized[size_t(i)])
+          << type << " row " << i / row_bytes << " byte " << i % row_bytes;
   }
 }
 
@@ -109,7 +110,8 @@ TEST(QuantFixtures, DequantizationIsBitIdenticalToGguf) {
         std::fill(row.begin(), row.end(), -1.0f);
         ops::weight_row_to_f32(row.data(), WeightView{f.quantized.data(), f.dtype, f.rows, f.cols}, r);
         for (int64_t c = 0; c < f.cols; ++c)
-          ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]), std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
+          ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]),
+                    std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
               << type << " " << isa_name(isa) << " weight_row_to_f32 row " << r << " col " << c;
       }
     }
