@@ -25,6 +25,7 @@ Command register_pack(CLI::App& app);
 Command register_bench(CLI::App& app);
 Command register_train_predictors(CLI::App& app);
 Command register_eval_predictors(CLI::App& app);
+Command register_perplexity(CLI::App& app);
 
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);

@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
                                                cli::register_widen(app), cli::register_trace(app),
                                                cli::register_pack(app), cli::register_bench(app),
                                                cli::register_train_predictors(app),
-                                               cli::register_eval_predictors(app)};
+                                               cli::register_eval_predictors(app),
+                                               cli::register_perplexity(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];

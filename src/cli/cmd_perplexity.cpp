@@ -1,0 +1,176 @@
+// chronos perplexity: the teacher-forced quality meter (perplexity, and against a reference the
+// perplexity change, mean KL and top-1 agreement) of a checkpoint or pack on held-out text.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "chronos/backend.h"
+#include "chronos/error.h"
+#include "chronos/expert_streamer.h"
+#include "chronos/file_util.h"
+#include "chronos/model_runner.h"
+#include "chronos/perplexity.h"
+#include "chronos/thread_pool.h"
+#include "chronos/tokenizer.h"
+#include "chronos/trace.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/streaming_flags.h"
+
+namespace chronos::cli {
+namespace {
+
+struct PerplexityArgs {
+  std::string model;
+  std::string reference;
+  std::string text;
+  int64_t ctx_size = 128;
+  int64_t windows = 0;
+  int threads = 0;
+  std::string json;
+  StreamingFlags streaming;
+};
+
+// The text to score: a plain text file, or a .jsonl of prompts (chronos trace's format), whose
+// prompts are joined by blank lines.
+std::string read_text(const std::filesystem::path& path) {
+  if (path.extension() == ".jsonl") {
+    std::string text;
+    for (const PromptRecord& p : read_prompts_jsonl(path)) {
+      if (!text.empty()) text += "\n\n";
+      text += p.text;
+    }
+    return text;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw_error("{}: cannot open the text file", path.string());
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) throw_error("{}: cannot read the text file", path.string());
+  return out.str();
+}
+
+// One model of the measurement with everything it needs alive: the model, the backend and the
+// streamer of a pack (with the streaming flags), and its runner.
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ExpertStreamer> streamer;
+  std::unique_ptr<ModelRunner> runner;
+  MeteredModel metered() const { return {runner.get(), streamer.get()}; }
+};
+
+Loaded load(const std::filesystem::path& dir, const StreamingFlags& streaming, bool use_flags, ThreadPool& pool,
+            int64_t n_ctx) {
+  Loaded l;
+  l.model = Model::load(dir);
+  if (n_ctx > l.model->config().n_ctx_train)
+    throw UsageError(fmt::format("--ctx-size {} exceeds {}'s max_position_embeddings {}", n_ctx, dir.string(),
+                                 l.model->config().n_ctx_train));
+  ForwardHooks hooks;
+  if (l.model->experts_streamed()) {
+    l.backend = make_backend("cpu");
+    // The reference is the exact run: every expert resident, whatever the flags ask of the model.
+    StreamingFlags flags = use_flags ? streaming : StreamingFlags{};
+    l.streamer = make_streamer(*l.model, dir, *l.backend, streamer_options(flags, l.model->sizes().expert_bytes),
+                               flags.expert_cache, flags.pinned_budget);
+    hooks = l.streamer->hooks();
+  }
+  l.runner = make_cpu_runner(*l.model, pool, n_ctx, 64, hooks);
+  return l;
+}
+
+int run_perplexity(const PerplexityArgs& args) {
+  if (args.ctx_size < 4) throw UsageError(fmt::format("--ctx-size must be at least 4 (got {})", args.ctx_size));
+  if (args.windows < 0) throw UsageError(fmt::format("--windows must be 0 (all) or positive (got {})", args.windows));
+  if (args.streaming.device != "cpu") throw UsageError("chronos perplexity runs on the CPU (--device cpu)");
+  const auto dir = resolve_model_dir(args.model);
+  std::filesystem::path text_path = args.text;
+  if (text_path.empty()) {
+    text_path = dir / "prompts" / "test.jsonl";  // a pack or checkpoint of the demo model: its held-out prompts
+    if (!std::filesystem::exists(text_path)) throw UsageError("-f/--text is required (a text file or a prompts .jsonl)");
+  }
+  const std::string text = read_text(text_path);
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const std::vector<int32_t> tokens = tokenizer.encode(text, false);
+
+  warn_if_oversubscribed(args.threads);
+  ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
+  const Loaded model = load(dir, args.streaming, true, pool, args.ctx_size);
+  if (!model.model->experts_streamed() && args.streaming.asks_for_streaming())
+    throw UsageError("--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
+                     "folder (chronos pack)");
+  Loaded reference;
+  if (!args.reference.empty()) {
+    reference = load(args.reference, args.streaming, false, pool, args.ctx_size);
+    if (reference.model->config().n_vocab != model.model->config().n_vocab)
+      throw UsageError(fmt::format("--ref {}: a vocabulary of {} tokens, the model's is {}", args.reference,
+                                   reference.model->config().n_vocab, model.model->config().n_vocab));
+  }
+
+  PerplexityOptions options;
+  options.n_ctx = args.ctx_size;
+  options.max_windows = args.windows;
+  options.n_vocab = model.model->config().n_vocab;
+  const bool tty = isatty(fileno(stderr));
+  const PerplexityResult r =
+      measure_perplexity(tokens, options, model.metered(), reference.metered(), [&](int64_t done, int64_t total) {
+        if (tty) fmt::print(stderr, "\rperplexity: window {}/{}", done, total);
+      });
+  if (tty) fmt::print(stderr, "\n");
+
+  fmt::print("model {}: perplexity {:.4f} over {} tokens ({} windows of {}, second halves scored)\n", dir.string(),
+             r.perplexity(), r.tokens, r.windows, args.ctx_size);
+  if (r.has_reference)
+    fmt::print("reference {}: perplexity {:.4f}; change {:+.3f}%, mean KL {:.5f}, top-1 agreement {:.2f}%\n",
+               args.reference, r.reference_perplexity(), 100.0 * r.perplexity_change(), r.mean_kl(),
+               100.0 * r.top1_agreement());
+  if (model.streamer) {
+    const StreamerStats s = model.streamer->stats();
+    fmt::print("experts: {} lookups, {} fallbacks, {} waits, stalled {:.1f} ms\n", s.lookups, s.fallbacks, s.waits,
+               s.stall_seconds * 1e3);
+  }
+  if (!args.json.empty()) {
+    nlohmann::json j = {{"model", dir.string()},         {"text", text_path.string()},
+                        {"ctx_size", args.ctx_size},     {"windows", r.windows},
+                        {"tokens", r.tokens},            {"perplexity", r.perplexity()}};
+    if (r.has_reference) {
+      j["reference"] = args.reference;
+      j["reference_perplexity"] = r.reference_perplexity();
+      j["perplexity_change"] = r.perplexity_change();
+      j["mean_kl"] = r.mean_kl();
+      j["top1_agreement"] = r.top1_agreement();
+    }
+    if (model.streamer) {
+      const StreamerStats s = model.streamer->stats();
+      j["experts"] = {{"lookups", s.lookups}, {"fallbacks", s.fallbacks}, {"waits", s.waits},
+                      {"stall_seconds", s.stall_seconds}};
+    }
+    write_file_atomically(args.json, j.dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command register_perplexity(CLI::App& app) {
+  auto args = std::make_shared<PerplexityArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "perplexity", "Teacher-forced quality: perplexity, and against --ref its change, mean KL and top-1 agreement");
+  sub->add_option("-m,--model", args->model, "Checkpoint or pack folder to measure");
+  sub->add_option("--ref", args->reference, "The exact model to compare with (all experts resident)");
+  sub->add_option("-f,--text", args->text,
+                  "Held-out text: a text file, or a prompts .jsonl (default: the model folder's prompts/test.jsonl)");
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Window of tokens; its second half is scored")->capture_default_str();
+  sub->add_option("--windows", args->windows, "Windows to score (0: all)")->capture_default_str();
+  sub->add_option("-t,--threads", args->threads, "Threads (default: the CPUs this process may use)");
+  sub->add_option("--json", args->json, "Write the figures as JSON to this file");
+  add_streaming_flags(sub, args->streaming, false);
+  return Command{sub, [args] { return run_perplexity(*args); }};
+}
+
+}  // namespace chronos::cli
