@@ -1,6 +1,8 @@
 // Decode throughput against the memory-bandwidth limit, measured side by side in one run:
 // limit = bytes of weights touched per token / measured read bandwidth (same thread count).
 //   chronos_bench_decode -m MODEL [-n TOKENS] [--threads 1,2] [--json FILE]
+// MODEL is a checkpoint, or a pack (chronos pack, any --expert-type) whose experts are all read
+// into the expert cache first: the resident run of that weight type.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -11,7 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
+#include "chronos/backend.h"
 #include "chronos/error.h"
+#include "chronos/expert_streamer.h"
 #include "chronos/model.h"
 #include "chronos/thread_pool.h"
 
@@ -92,6 +96,16 @@ int main(int argc, char** argv) {
     const auto model = Model::load(model_dir);
     const ModelConfig& c = model->config();
     const ModelWeights& w = model->weights();
+    // A pack: every expert read into a cache that holds them all, before anything is timed.
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<ExpertStreamer> streamer;
+    if (model->experts_streamed()) {
+      backend = make_cpu_backend();
+      StreamerOptions options;
+      options.budget_bytes = model->sizes().expert_bytes * 2;  // slots are the largest extent each
+      streamer = std::make_unique<ExpertStreamer>(*model, model_dir, *backend, options);
+      streamer->load_all();
+    }
 
     // Touch every page once so the timed runs read RAM, not the disk.
     uint64_t checksum = 0;
@@ -120,9 +134,12 @@ int main(int argc, char** argv) {
     int64_t routed_bytes = 0, route_events = 0;  // one event per (token, MoE layer)
     ForwardHooks hooks;
     hooks.route = [&](const RouteEvent& ev) {
-      for (int32_t e : ev.expert_ids) routed_bytes += w.layers[size_t(ev.layer)].experts[size_t(e)].n_bytes();
+      for (int32_t e : ev.expert_ids)
+        routed_bytes += streamer ? model->sizes().bytes_per_expert
+                                 : w.layers[size_t(ev.layer)].experts[size_t(e)].n_bytes();
       ++route_events;
     };
+    if (streamer) hooks = combine(streamer->hooks(), hooks);
 
     std::vector<float> buffer(size_t(1) << 28);  // 1 GiB, far larger than the caches
     std::fill(buffer.begin(), buffer.end(), 1.0f);

@@ -1,4 +1,5 @@
 // chronos inspect: architecture, layer and expert counts, parameters and bytes (dense vs routed).
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "chronos/error.h"
@@ -74,6 +75,53 @@ PackSummaryView summarize_pack(const std::filesystem::path& dir, const ModelConf
   return v;
 }
 
+// The weight types and bytes of each class of tensors (the matrices the forward reads; norms and
+// biases are f32 vectors and left out): what --expert-type and --dense-type chose.
+struct TensorClass {
+  std::string name;
+  std::vector<std::string> types;  // distinct, in first-seen order
+  int64_t bytes = 0;
+};
+
+std::vector<TensorClass> tensor_classes(const Model& model, const std::optional<PackManifest>& manifest) {
+  std::vector<TensorClass> classes;
+  auto add = [&](const char* name, DType dtype, int64_t bytes) {
+    auto it = std::find_if(classes.begin(), classes.end(), [&](const TensorClass& c) { return c.name == name; });
+    if (it == classes.end()) it = classes.insert(classes.end(), TensorClass{name, {}, 0});
+    const std::string type(dtype_name(dtype));
+    if (std::find(it->types.begin(), it->types.end(), type) == it->types.end()) it->types.push_back(type);
+    it->bytes += bytes;
+  };
+  auto add_view = [&](const char* name, const WeightView& w) {
+    if (w.data != nullptr) add(name, w.dtype, w.rows * dtype_row_bytes(w.dtype, w.cols));
+  };
+  const ModelWeights& w = model.weights();
+  add_view("embeddings", w.tok_embd);
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo}) add_view("attention", *v);
+    add_view("router", l.router);
+    for (const WeightView* v : {&l.shared.gate, &l.shared.up, &l.shared.down}) add_view("shared expert", *v);
+    add_view("shared expert gate", l.shared_gate);
+    for (const WeightView* v : {&l.dense.gate, &l.dense.up, &l.dense.down}) add_view("dense MLP", *v);
+    if (!manifest) {
+      for (const FfnWeights& e : l.experts) {
+        add_view("experts gate/up", e.gate);
+        add_view("experts gate/up", e.up);
+        add_view("experts down", e.down);
+      }
+    }
+  }
+  if (manifest) {
+    for (const auto& [key, e] : manifest->experts) {
+      add("experts gate/up", e.gate.dtype, e.gate.bytes);
+      add("experts gate/up", e.up.dtype, e.up.bytes);
+      add("experts down", e.down.dtype, e.down.bytes);
+    }
+  }
+  if (w.output.data != w.tok_embd.data) add_view("LM head", w.output);
+  return classes;
+}
+
 int run_inspect(const InspectArgs& args) {
   if (!args.model.empty() && !args.positional.empty()) throw UsageError("give the model folder once (-m or positional)");
   const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
@@ -83,6 +131,9 @@ int run_inspect(const InspectArgs& args) {
   // Checked before anything is printed: a pack that disagrees with its config is an error.
   std::optional<PackSummaryView> pack;
   if (model->experts_streamed()) pack = summarize_pack(dir, c);
+  std::optional<PackManifest> manifest;
+  if (model->experts_streamed()) manifest = PackManifest::parse(dir);
+  const std::vector<TensorClass> classes = tensor_classes(*model, manifest);
   const int64_t total_params = s.dense_params + s.expert_params;
   const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
   if (args.json) {
@@ -97,6 +148,9 @@ int run_inspect(const InspectArgs& args) {
         {"dense_bytes", s.dense_bytes}, {"expert_params", s.expert_params}, {"expert_bytes", s.expert_bytes},
         {"bytes_per_expert", s.bytes_per_expert}, {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
     };
+    j["tensor_classes"] = nlohmann::json::array();
+    for (const TensorClass& tc : classes)
+      j["tensor_classes"].push_back({{"class", tc.name}, {"types", tc.types}, {"bytes", tc.bytes}});
     if (pack) {
       const PackSummaryView& v = *pack;
       j["pack"] = {{"clusters", v.clusters}, {"experts", v.experts}, {"method", v.method},
@@ -121,6 +175,9 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("dense            {} params, {}\n", s.dense_params, human_bytes(s.dense_bytes));
   fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),
              human_bytes(s.bytes_per_expert), dtype_name(s.expert_dtype));
+  for (size_t i = 0; i < classes.size(); ++i)
+    fmt::print("{:<17}{:<19} {:<12} {}\n", i == 0 ? "weights" : "", classes[i].name, fmt::join(classes[i].types, ","),
+               human_bytes(classes[i].bytes));
   if (pack) {
     const PackSummaryView& v = *pack;
     fmt::print("pack             {} clusters ({}), {} experts; cluster files {} .. {} (median {})\n", v.clusters,
