@@ -8,8 +8,17 @@
 // We want y = x W^T, i.e. y^T = W x^T, i.e. Y' = (W')^T X'. So the column-major call is
 // C(m = R, n = n) = op(A) B with A = W' (transposed: CUBLAS_OP_T, lda = C), B = X' (CUBLAS_OP_N,
 // ldb = C), k = C, ldc = R.
+//
+// Block-quantized weights: cuBLAS has no GGUF types, so rows of W are dequantized into an f32 tile
+// and each tile is multiplied with the f32 SGEMM. A tile of rows r0 .. r0 + m - 1 produces columns
+// r0 .. r0 + m - 1 of y: the same call with m rows, A = the tile, C = y + r0 and ldc still R.
+// Why f32 and not an f16 tile for the tensor cores: d * q of a block is not an f16 value in
+// general (an f16 scale times an 8-bit level needs up to 19 significant bits), and f32 keeps
+// prefill's products those of the CPU forward and of the matvec (decode) path; the tile's extra
+// traffic is paid once per tile per chunk, not per token.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -28,6 +37,16 @@ int to_int(int64_t value, const char* what) {
   if (value < 0 || value > std::numeric_limits<int>::max())
     throw_cuda_error("cuBLAS gemm: {} = {} does not fit a cuBLAS int", what, value);
   return int(value);
+}
+
+// C[m, n] (column-major, ldc) = A^T B with A [k, m] (lda = k) and B [k, n] (ldb = k), all f32.
+void sgemm_f32(cublasHandle_t handle, int m, int n, int k, const void* a, const float* b, float* c, int ldc,
+               const char* what) {
+  const float alpha = 1.0f, beta = 0.0f;
+  // CUBLAS_COMPUTE_32F_PEDANTIC: f32 arithmetic throughout, whatever the math mode or environment.
+  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_32F, k, b, CUDA_R_32F, k,
+                            &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+               what);
 }
 
 }  // namespace
@@ -55,14 +74,14 @@ void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* 
   check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
   const float alpha = 1.0f, beta = 0.0f;
   if (w.dtype == DType::kF32) {
-    // CUBLAS_COMPUTE_32F_PEDANTIC: f32 arithmetic throughout, whatever the math mode or environment.
-    check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, CUDA_R_32F, k, x,
-                              CUDA_R_32F, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-                 "gemm (F32)");
+    sgemm_f32(handle, m, cols_n, k, w.data, x, y, m, "gemm (F32)");
     return;
   }
+  if (dm::is_block_dtype(w.dtype))
+    throw_cuda_error("cuBLAS gemm: {} weights need a weight tile (the gemm overload that takes one)",
+                     dtype_name(w.dtype));
   if (w.dtype != DType::kF16 && w.dtype != DType::kBF16)
-    throw_cuda_error("cuBLAS gemm: unsupported weight dtype {} (F32, F16 or BF16)", dtype_name(w.dtype));
+    throw_cuda_error("cuBLAS gemm: unsupported weight dtype {} (F32, F16, BF16 or a block type)", dtype_name(w.dtype));
   if (x_converted == nullptr)
     throw_cuda_error("cuBLAS gemm: {} weights need an x_converted buffer", dtype_name(w.dtype));
   // x = hi + lo in the weight dtype, y = W hi + W lo: the activations keep about 16 significant
@@ -79,6 +98,25 @@ void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* 
   check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, lo, type, k,
                             &accumulate, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                what);
+}
+
+void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* x_converted, float* weight_tile,
+                int64_t tile_floats, cudaStream_t stream) {
+  if (!dm::is_block_dtype(w.dtype)) return gemm(y, x, w, n, x_converted, stream);
+  if (n <= 0 || w.rows <= 0) return;
+  require_whole_blocks(w.dtype, w.cols, "gemm", "weight");
+  if (weight_tile == nullptr || tile_floats < w.cols)
+    throw_cuda_error("cuBLAS gemm: {} weights need a weight tile of at least one row ({} floats, got {})",
+                     dtype_name(w.dtype), w.cols, weight_tile == nullptr ? 0 : tile_floats);
+  const int m_total = to_int(w.rows, "rows"), k = to_int(w.cols, "cols"), cols_n = to_int(n, "n");
+  const int64_t tile_rows = std::min<int64_t>(w.rows, tile_floats / w.cols);
+  cublasHandle_t handle = as_handle(handle_);
+  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+  for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) {
+    const int64_t rows = std::min(tile_rows, w.rows - r0);
+    dequantize_rows(weight_tile, w, r0, rows, stream);
+    sgemm_f32(handle, int(rows), cols_n, k, weight_tile, x, y + r0, m_total, "gemm (block weight tile)");
+  }
 }
 
 }  // namespace chronos::cuda

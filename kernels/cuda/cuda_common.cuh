@@ -1,6 +1,7 @@
 // Shared pieces of the CUDA kernels: the launch check (cuda_check.h), grid sizing, warp and block reductions, the
-// dtype dispatch of weight loads, and the warp-per-row dot product that matvec and the MoE expert
-// kernels share (each weight row is read once for up to kTokenGroup activation rows).
+// dtype dispatch of weight loads (f32/f16/bf16 and GGUF's block types), and the warp-per-row dot
+// product that matvec and the MoE expert kernels share (each weight row is read once for up to
+// kTokenGroup activation rows; block rows are dequantized in registers as they are read).
 #pragma once
 
 // fmt switches its constexpr support off when it sees nvcc, which leaves fmt 9's headers
@@ -18,6 +19,7 @@
 
 #include "chronos/error.h"
 #include "chronos/ops.h"
+#include "kernels/cuda/block_decode.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.h"
 
@@ -42,8 +44,16 @@ inline unsigned grid_for(int64_t n, int threads) {
 }
 
 inline void require_weight_dtype(DType dtype, const char* op) {
-  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16)
-    throw_cuda_error("CUDA {}: unsupported weight dtype {} (F32, F16 or BF16)", op, dtype_name(dtype));
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 && !dm::is_block_dtype(dtype))
+    throw_cuda_error("CUDA {}: unsupported weight dtype {} (F32, F16, BF16 or a block type)", op, dtype_name(dtype));
+}
+
+// A block-quantized row must hold whole blocks (a K type on a 128-wide row is stored as its
+// 32-weight fallback instead; dtype.h's block_dtype_for_row).
+inline void require_whole_blocks(DType dtype, int64_t cols, const char* op, const char* what) {
+  if (dm::is_block_dtype(dtype) && cols % dm::block_elements(dtype) != 0)
+    throw_cuda_error("CUDA {}: {} rows of {} weights are not whole {} blocks ({} weights each)", op, what, cols,
+                     dtype_name(dtype), dm::block_elements(dtype));
 }
 
 // Calls f(std::integral_constant<DType, D>{}) for the weight dtype, so kernels are instantiated per
@@ -51,16 +61,29 @@ inline void require_weight_dtype(DType dtype, const char* op) {
 template <typename F>
 void with_weight_dtype(DType dtype, const char* op, F&& f) {
   require_weight_dtype(dtype, op);
-  if (dtype == DType::kF32) f(std::integral_constant<DType, DType::kF32>{});
-  else if (dtype == DType::kF16) f(std::integral_constant<DType, DType::kF16>{});
-  else f(std::integral_constant<DType, DType::kBF16>{});
+  switch (dtype) {
+    case DType::kF32: return f(std::integral_constant<DType, DType::kF32>{});
+    case DType::kF16: return f(std::integral_constant<DType, DType::kF16>{});
+    case DType::kBF16: return f(std::integral_constant<DType, DType::kBF16>{});
+    case DType::kQ8_0: return f(std::integral_constant<DType, DType::kQ8_0>{});
+    case DType::kQ4_0: return f(std::integral_constant<DType, DType::kQ4_0>{});
+    case DType::kQ5_0: return f(std::integral_constant<DType, DType::kQ5_0>{});
+    case DType::kQ2_K: return f(std::integral_constant<DType, DType::kQ2_K>{});
+    case DType::kQ3_K: return f(std::integral_constant<DType, DType::kQ3_K>{});
+    case DType::kQ4_K: return f(std::integral_constant<DType, DType::kQ4_K>{});
+    case DType::kQ6_K: return f(std::integral_constant<DType, DType::kQ6_K>{});
+    default: return;  // rejected by require_weight_dtype
+  }
 }
 
 CHRONOS_HD inline bool is_aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // Whether rows of `cols` weights at `w` can be read 4 elements at a time (16 bytes for f32, 8 for
-// f16/bf16) next to 16-byte float4 reads of activation rows at x with the same column count.
+// f16/bf16) next to 16-byte float4 reads of activation rows at x with the same column count. Block
+// rows are read byte by byte whatever their alignment (block_decode.h), so for them only x counts
+// (cols is a multiple of 32, require_whole_blocks).
 CHRONOS_HD inline bool can_vectorize(const void* w, DType dtype, const float* x, int64_t cols) {
+  if (dm::is_block_dtype(dtype)) return cols % 4 == 0 && is_aligned(x, 16);
   const uintptr_t w_bytes = dtype == DType::kF32 ? 16 : 8;
   return cols % 4 == 0 && is_aligned(w, w_bytes) && is_aligned(x, 16);
 }
@@ -120,12 +143,41 @@ __device__ inline void load_weight4(const void* data, int64_t i, float (&w)[4]) 
   }
 }
 
-// This lane's share of W[row, :] · x[t, :] for t < n_rows (<= kTokenGroup), added to acc[t]; x rows
-// are x_stride floats apart. The caller reduces each acc[t] over the warp. Lanes take consecutive
-// columns (or groups of 4 with `vec`), so the warp's weight reads are coalesced.
+// row_dot_partial for a block-quantized row: lane l dequantizes weights 8 l .. 8 l + 7 of each
+// 256-weight step in registers (block_decode.h) and multiplies them by 8 activations (two float4
+// reads with `vec`). The warp reads the step's bytes contiguously.
 template <DType D>
-__device__ inline void row_dot_partial(float (&acc)[kTokenGroup], const void* w, int64_t row, int64_t cols,
-                                       const float* x, int64_t x_stride, int n_rows, bool vec) {
+__device__ inline void block_row_dot_partial(float (&acc)[kTokenGroup], const void* w, int64_t row, int64_t cols,
+                                             const float* x, int64_t x_stride, int n_rows, bool vec) {
+  constexpr int kPiece = dm::kBlockPiece;
+  const int lane = int(threadIdx.x) % kWarpSize;
+  const uint8_t* row_bytes = dm::block_row<D>(w, row, cols);
+  for (int64_t c = int64_t(lane) * kPiece; c < cols; c += kWarpSize * kPiece) {
+    float wv[kPiece];
+    dm::row_weights8<D>(row_bytes, c, wv);
+#pragma unroll
+    for (int t = 0; t < kTokenGroup; ++t) {
+      if (t >= n_rows) continue;
+      const float* xt = x + t * x_stride + c;
+      if (vec) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(xt));
+        const float4 b = __ldg(reinterpret_cast<const float4*>(xt) + 1);
+        acc[t] += wv[0] * a.x + wv[1] * a.y + wv[2] * a.z + wv[3] * a.w + wv[4] * b.x + wv[5] * b.y + wv[6] * b.z +
+                  wv[7] * b.w;
+      } else {
+        float sum = 0.0f;
+        for (int j = 0; j < kPiece; ++j) sum += wv[j] * __ldg(xt + j);
+        acc[t] += sum;
+      }
+    }
+  }
+}
+
+// row_dot_partial for an f32/f16/bf16 row: lanes take consecutive columns (or groups of 4 with
+// `vec`), so the warp's weight reads are coalesced.
+template <DType D>
+__device__ inline void float_row_dot_partial(float (&acc)[kTokenGroup], const void* w, int64_t row, int64_t cols,
+                                             const float* x, int64_t x_stride, int n_rows, bool vec) {
   const int lane = int(threadIdx.x) % kWarpSize;
   const int64_t base = row * cols;
   if (vec) {
@@ -148,6 +200,15 @@ __device__ inline void row_dot_partial(float (&acc)[kTokenGroup], const void* w,
         if (t < n_rows) acc[t] += wv * __ldg(x + t * x_stride + c);
     }
   }
+}
+
+// This lane's share of W[row, :] · x[t, :] for t < n_rows (<= kTokenGroup), added to acc[t]; x rows
+// are x_stride floats apart. The caller reduces each acc[t] over the warp.
+template <DType D>
+__device__ inline void row_dot_partial(float (&acc)[kTokenGroup], const void* w, int64_t row, int64_t cols,
+                                       const float* x, int64_t x_stride, int n_rows, bool vec) {
+  if constexpr (dm::is_block_dtype(D)) block_row_dot_partial<D>(acc, w, row, cols, x, x_stride, n_rows, vec);
+  else float_row_dot_partial<D>(acc, w, row, cols, x, x_stride, n_rows, vec);
 }
 
 }  // namespace chronos::cuda

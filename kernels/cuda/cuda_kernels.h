@@ -1,7 +1,8 @@
 // CUDA kernels: one op per .cu file, each with a host launcher that queues the op on an explicit
 // stream and returns without synchronizing. Pointers are device memory unless a parameter says
-// otherwise; activations are f32, weights f32/f16/bf16 (WeightView with a device `data`), and
-// every reduction accumulates in f32. The CPU ops in include/chronos/ops.h and src/model are the
+// otherwise; activations are f32, weights f32/f16/bf16 or a GGUF block type (WeightView with a
+// device `data`; a block row is dequantized exactly, as dequantize_row does, and must hold whole
+// blocks), and every reduction accumulates in f32. The CPU ops in include/chronos/ops.h and src/model are the
 // reference each kernel is tested against (tests/cuda).
 //
 // Launchers check the launch (cudaGetLastError) and throw chronos::Error naming the op; they do
@@ -62,6 +63,10 @@ void attention(float* out, const float* q, const float* k_cache, const float* v_
 // products go through Blas::gemm.
 void matvec(float* y, const float* x, const WeightView& w, int64_t n_tokens, cudaStream_t stream);
 
+// out[r, :] = row row_begin + r of the block-quantized `w` as f32 for r < n_rows (out: [n_rows,
+// w.cols]), bit for bit dequantize_row's values. Throws for a non-block dtype.
+void dequantize_rows(float* out, const WeightView& w, int64_t row_begin, int64_t n_rows, cudaStream_t stream);
+
 // Per token: probs = softmax(logits[t, :n_expert]); ids/weights = the k largest probabilities in
 // descending order, ties to the lower expert index; weights renormalized to sum 1 when
 // norm_topk. probs may alias logits. ids, weights: [n_tokens, k].
@@ -120,6 +125,13 @@ class Blas {
   // elements of that dtype) and y = W hi + W lo (two tensor-core products); f32 weights use a
   // true-f32 SGEMM (no TF32). Runs on `stream`.
   void gemm(float* y, const float* x, const WeightView& w, int64_t n, void* x_converted, cudaStream_t stream);
+  // The same product for any weight dtype. A block-quantized W is dequantized (dequantize_rows,
+  // exact) into `weight_tile` (device, tile_floats >= w.cols f32), as many whole rows at a time as
+  // fit, and each tile goes through the true-f32 SGEMM of F32 weights into its columns of y: the
+  // weights GGUF defines, f32 activations, f32 products. The tile is reused tile after tile, so it
+  // must not be shared with work on another stream. Other dtypes ignore the tile.
+  void gemm(float* y, const float* x, const WeightView& w, int64_t n, void* x_converted, float* weight_tile,
+            int64_t tile_floats, cudaStream_t stream);
 
  private:
   void* handle_;  // cublasHandle_t

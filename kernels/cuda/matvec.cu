@@ -1,6 +1,7 @@
 // matvec: y[t, :] = W x[t, :] for the small batches of decode. One warp per output row and up to
 // kTokenGroup tokens per pass, so each weight row is read once per 8 tokens; f32 accumulation, a
-// warp-shuffle reduction at the end. grid.y walks the groups of 8 tokens.
+// warp-shuffle reduction at the end. grid.y walks the groups of 8 tokens. Block-quantized rows are
+// dequantized in registers as they are read (cuda_common.cuh, block_row_dot_partial).
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -31,6 +32,7 @@ __global__ void matvec_kernel(float* y, const float* x, const void* w, int64_t r
 
 void matvec(float* y, const float* x, const WeightView& w, int64_t n_tokens, cudaStream_t stream) {
   if (n_tokens <= 0 || w.rows <= 0) return;
+  require_whole_blocks(w.dtype, w.cols, "matvec", "weight");
   const bool vec = can_vectorize(w.data, w.dtype, x, w.cols);
   const int64_t groups = (n_tokens + kTokenGroup - 1) / kTokenGroup;
   const dim3 grid(unsigned((w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(groups < 65535 ? groups : 65535));

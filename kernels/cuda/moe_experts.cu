@@ -1,6 +1,8 @@
 // moe_gate_up and moe_down: every expert of one wave in one launch. grid.y is the task (expert),
 // grid.x a block of 8 output rows; each warp computes one output row for all the task's grouped
-// rows, 8 at a time, as matvec does, with the expert's weight pointer read from the task.
+// rows, 8 at a time, as matvec does, with the expert's weight pointer read from the task. Block
+// types are dequantized in registers; gate/up and down may differ (a K type falls back to a 32-weight
+// type on rows it does not fit), so each launcher takes its own matrices' dtype.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -60,6 +62,7 @@ dim3 expert_grid(int64_t out_rows, int32_t n_tasks) {
 void moe_gate_up(float* h, const float* x, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
                  int64_t n_ff, cudaStream_t stream) {
   if (n_tasks <= 0 || n_ff <= 0) return;
+  require_whole_blocks(dtype, n_embd, "moe_gate_up", "gate/up");
   with_weight_dtype(dtype, "moe_gate_up", [&](auto d) {
     moe_gate_up_kernel<decltype(d)::value><<<expert_grid(n_ff, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(
         h, x, tasks, n_embd, n_ff);
@@ -70,6 +73,7 @@ void moe_gate_up(float* h, const float* x, const ExpertTask* tasks, int32_t n_ta
 void moe_down(float* y, const float* h, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
               int64_t n_ff, cudaStream_t stream) {
   if (n_tasks <= 0 || n_embd <= 0) return;
+  require_whole_blocks(dtype, n_ff, "moe_down", "down");
   with_weight_dtype(dtype, "moe_down", [&](auto d) {
     moe_down_kernel<decltype(d)::value><<<expert_grid(n_embd, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(
         y, h, tasks, n_embd, n_ff);

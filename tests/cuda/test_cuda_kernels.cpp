@@ -18,6 +18,7 @@
 #include "chronos/dtype.h"
 #include "chronos/error.h"
 #include "chronos/ops.h"
+#include "cuda/cuda_test_util.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/reference_combine.h"
@@ -26,42 +27,15 @@
 namespace chronos {
 namespace {
 
+using test::abs_products;
+using test::DeviceArray;
+using test::expect_products_close;
 using test::kF32Eps;
+using test::ScalarIsa;
 
 constexpr DType kWeightDtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-bool cuda_device_present() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-// A device array filled from (and read back into) a host vector.
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) { check(cudaMalloc(&ptr_, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return ptr_; }
-  void upload(const std::vector<T>& host) {
-    check(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    check(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
-    return host;
-  }
-
- private:
-  static void check(cudaError_t status, const char* what) {
-    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
-  }
-  T* ptr_ = nullptr;
-  size_t n_;
-};
+class CudaKernels : public test::CudaStreamTest {};
 
 // Weights on the device with their exact host values; `offset_elements` shifts the start so the
 // kernels' unaligned (scalar) load path is exercised too.
@@ -81,40 +55,6 @@ struct DeviceWeights {
   const void* data() const { return bytes.get() + offset_bytes; }
   WeightView view() const { return {data(), host.dtype, host.rows, host.cols}; }
 };
-
-// Skips every test when there is no device; gives each test its own stream.
-class CudaKernels : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device: the CUDA kernels cannot run here";
-    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-  }
-  void TearDown() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
-  }
-  void sync() {
-    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  }
-  cudaStream_t stream_ = nullptr;
-};
-
-// Runs the CPU ops at the scalar reference ISA.
-struct ScalarIsa {
-  ScalarIsa() { set_isa(Isa::kScalar); }
-  ~ScalarIsa() { set_isa(detect_isa()); }
-};
-
-// |W x| summed without cancellation, per output: the scale of a dot product's rounding error.
-std::vector<double> abs_products(const std::vector<float>& w, const std::vector<float>& x, int64_t n, int64_t rows,
-                                 int64_t cols) {
-  std::vector<double> out(size_t(n * rows), 0.0);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        out[size_t(t * rows + r)] += std::fabs(double(w[size_t(r * cols + c)]) * x[size_t(t * cols + c)]);
-  return out;
-}
 
 // ---- Element-wise ops: one rounding each (or none), the same formula as the CPU ---------------------
 
@@ -362,15 +302,6 @@ TEST_F(CudaKernels, AttentionMatchesExactSoftmaxWithGqaAndWindow) {
 
 // ---- Matrix products ---------------------------------------------------------------------------------
 
-// A dot product of n terms in any order is within n u sum |w x| of the exact value (Higham 3.1);
-// the CPU op and the kernel are each within that of it, so of each other within 2 n u sum |w x|.
-void expect_products_close(const std::vector<float>& got, const std::vector<float>& expected,
-                           const std::vector<double>& magnitude, int64_t cols, const std::string& what) {
-  ASSERT_EQ(got.size(), expected.size());
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], expected[i], double(2 * cols + 2) * kF32Eps * magnitude[i] + 1e-30) << what << " i " << i;
-}
-
 TEST_F(CudaKernels, MatvecMatchesCpuMatmulOverDtypesAndShapes) {
   ScalarIsa scalar;
   for (const DType dtype : kWeightDtypes) {
@@ -495,7 +426,6 @@ TEST_F(CudaKernels, MoeGateUpAndDownMatchCpuExperts) {
     }
   }
 }
-
 
 TEST_F(CudaKernels, RouterTopKMatchesCpuRouterWithTies) {
   ScalarIsa scalar;

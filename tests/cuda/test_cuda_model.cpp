@@ -1,12 +1,15 @@
 // The CUDA runner end to end against the CPU runner on the fixture checkpoints (every
-// architecture, f32 and bf16), and expert streaming on CUDA: wait mode token-identical to the
-// all-in-VRAM run at every budget, fallback never blocking. Skipped without a CUDA device.
+// architecture, f32 and bf16) and on a Q8_0 pack, and expert streaming on CUDA: wait mode
+// token-identical to the all-in-VRAM run at every budget, fallback never blocking. Skipped without
+// a CUDA device.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 
 #include "chronos/backend.h"
 #include "chronos/error.h"
@@ -151,10 +154,15 @@ class CudaStreaming : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(work_); }
 
-  fs::path pack(const std::string& name) {
+  // The fixture packed as `chronos pack` does, its experts and dense matrices converted when asked
+  // (--expert-type / --dense-type).
+  fs::path pack(const std::string& name, std::optional<DType> expert_type = std::nullopt,
+                std::optional<DType> dense_type = std::nullopt) {
     PackOptions options;
     options.method = ClusterMethod::kNone;
-    const fs::path out = work_ / name;
+    options.expert_type = expert_type;
+    options.dense_type = dense_type;
+    const fs::path out = work_ / (expert_type ? name + "-" + std::string(dtype_name(*expert_type)) : name);
     write_pack(*Model::load(fixture(name)), fixture(name), out, options, [](int64_t, int64_t) {});
     return out;
   }
@@ -218,6 +226,60 @@ TEST_F(CudaStreaming, FallbackNeverBlocksTheHost) {
   EXPECT_EQ(stats.waits, 0);
   EXPECT_EQ(stats.stall_seconds, 0.0);
   EXPECT_GT(stats.fallbacks, 0);
+}
+
+// A pack with Q8_0 experts and dense matrices (pack --expert-type q8_0 --dense-type q8_0), every
+// expert loaded by a streamer: the CUDA runner's logits match the CPU runner's on the same pack.
+// Also Q4_K experts and Q6_K dense matrices, which on these fixtures' 32- and 64-wide rows are
+// stored in their 32-weight fallbacks (Q5_0, Q8_0): the runner's expert type is the manifest's,
+// its kernels get the fallbacks.
+// Both sides compute with the same f32 weights (the block kernels dequantize exactly) and f32
+// activations, prefill included (40 tokens at batch 64: the dequantized-tile SGEMM), so the f32
+// fixtures' 1e-3 bound of CudaParity applies to every chunk size.
+//
+// The CPU side must multiply block weights by f32 activations too: an 8-bit-activation mode of the
+// CPU matmul (CHRONOS_BLOCK_ACTIVATIONS) is chosen at first use, which in this process (ctest runs
+// one test per process) is below.
+TEST_F(CudaStreaming, BlockQuantizedPackMatchesTheCpuRunner) {
+  REQUIRE_CUDA(backend);
+  ::setenv("CHRONOS_BLOCK_ACTIVATIONS", "f32", 1);
+  struct Case {
+    const char* name;
+    DType experts, dense, stored_dense;
+  };
+  for (const Case& test : {Case{"qwen2_moe-f32", DType::kQ8_0, DType::kQ8_0, DType::kQ8_0},
+                           Case{"olmoe-f32", DType::kQ8_0, DType::kQ8_0, DType::kQ8_0},
+                           Case{"mixtral-bf16", DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}}) {
+    const char* name = test.name;
+    const fs::path packed = pack(name, test.experts, test.dense);
+    auto model = Model::load(packed);
+    ASSERT_EQ(model->sizes().expert_dtype, test.experts) << name;
+    ASSERT_EQ(model->weights().layers[0].wq.dtype, test.stored_dense) << name;
+    const ModelConfig& c = model->config();
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
+    StreamerOptions so;
+    so.budget_bytes = int64_t(1) << 30;
+    for (const int64_t batch : {int64_t(7), int64_t(64)}) {
+      auto host = make_cpu_backend();
+      ExpertStreamer cpu_streamer(*model, packed, *host, so);
+      cpu_streamer.load_all();
+      ThreadPool pool(2);
+      auto cpu = make_cpu_runner(*model, pool, 96, batch, cpu_streamer.hooks());
+      ExpertStreamer gpu_streamer(*model, packed, *backend, so);
+      gpu_streamer.load_all();
+      auto gpu = make_cuda_runner(*model, *backend, 96, batch, gpu_streamer.hooks());
+      const auto expected = run(*cpu, c, prompt, 8);
+      const auto got = run(*gpu, c, prompt, 8);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t t = 0; t < got.size(); ++t) {
+        double worst = 0;
+        for (size_t i = 0; i < got[t].size(); ++i)
+          worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));
+        EXPECT_LE(worst, 1e-3) << name << " batch " << batch << " position " << t;
+      }
+    }
+  }
 }
 
 TEST(CudaDevice, AbsentDeviceIsAClearError) {

@@ -65,14 +65,17 @@ class CudaRunner final : public ModelRunner {
     CHRONOS_CHECK(n_ctx > 0 && batch > 0);
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");
-    if (dtype_is_block(model.sizes().expert_dtype))
-      throw_error("the CUDA runner has no kernels for {} experts yet (run block-quantized models on the CPU)",
-                  dtype_name(model.sizes().expert_dtype));
     backend_.make_current();
     compute_ = backend_.create_stream();
     stream_ = cuda_stream_of(*compute_);
     host_ready_ = backend_.create_event();
     plan_ = MoePlan(cfg_, batch_);
+    // Block-quantized experts: gate/up rows (n_embd) and down rows (n_ff) each hold the pack's type
+    // or, for a K type on rows it does not fit, its 32-weight fallback, as the pack wrote them.
+    const DType expert_dtype = model.sizes().expert_dtype;
+    const bool block_experts = dtype_is_block(expert_dtype) && cfg_.n_expert > 0;
+    expert_gate_dtype_ = block_experts ? block_dtype_for_row(expert_dtype, cfg_.n_embd) : expert_dtype;
+    expert_down_dtype_ = block_experts ? block_dtype_for_row(expert_dtype, cfg_.n_ff_expert) : expert_dtype;
     blas_ = std::make_unique<cuda::Blas>();
     upload_weights();
     allocate_workspace();
@@ -143,9 +146,6 @@ class CudaRunner final : public ModelRunner {
   void upload(void* dst, const void* src, int64_t bytes) { cuda_upload(dst, src, size_t(bytes)); }
   WeightView upload_weight(const WeightView& w, int64_t& account) {
     if (w.data == nullptr) return {};
-    if (dtype_is_block(w.dtype))
-      throw_error("the CUDA runner has no kernels for {} weights yet (run block-quantized models on the CPU)",
-                  dtype_name(w.dtype));
     const int64_t bytes = w.rows * dtype_row_bytes(w.dtype, w.cols);
     void* data = device_alloc(bytes, account);
     upload(data, w.data, bytes);
@@ -231,6 +231,7 @@ class CudaRunner final : public ModelRunner {
     // per element of the widest activation of any product.
     const int64_t widest = std::max({d, c.q_dim(), n_ff});
     converted_ = device_alloc(b * widest * 4, ws);
+    allocate_weight_tile();
     std::vector<float> cos, sin;
     rope_tables(c, n_ctx_, cos, sin);
     rope_cos_ = upload_floats(cos, ws);
@@ -248,6 +249,33 @@ class CudaRunner final : public ModelRunner {
     host_tasks_ = pinned_array<cuda::ExpertTask>(n_exp);
     host_hidden_ = pinned_array<float>(b * d);
     reserve_logit_rows(1);
+  }
+
+  // Prefill's products of block-quantized dense matrices go through an f32 tile of dequantized
+  // rows (Blas::gemm): sized here for the widest such matrix, at most kWeightTileFloats (whole
+  // rows) or the whole matrix when it is smaller. None without block matrices, or when every chunk
+  // fits the matvec path.
+  void allocate_weight_tile() {
+    constexpr int64_t kWeightTileFloats = int64_t(8) << 20;  // 32 MiB: thousands of rows per SGEMM
+    if (batch_ <= kMatvecMaxTokens) return;
+    int64_t floats = 0;
+    auto need = [&](const WeightView& w) {
+      if (w.data == nullptr || !dtype_is_block(w.dtype)) return;
+      const int64_t rows = std::clamp<int64_t>(kWeightTileFloats / w.cols, 1, w.rows);
+      floats = std::max(floats, rows * w.cols);
+    };
+    need(output_);
+    for (const DeviceLayer& l : layers_) {
+      for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shared_gate}) need(*w);
+      for (const DeviceFfn* f : {&l.shared, &l.dense}) {
+        need(f->gate);
+        need(f->up);
+        need(f->down);
+      }
+    }
+    if (floats == 0) return;
+    weight_tile_ = device_array<float>(floats, memory_.workspace_bytes);
+    weight_tile_floats_ = floats;
   }
 
   // Logits for `rows` positions on the device and in pinned memory: one row unless all-logits
@@ -296,7 +324,7 @@ class CudaRunner final : public ModelRunner {
 
   void project(float* y, const float* x, const WeightView& w, int64_t n) {
     if (n <= kMatvecMaxTokens) cuda::matvec(y, x, w, n, stream_);
-    else blas_->gemm(y, x, w, n, converted_, stream_);
+    else blas_->gemm(y, x, w, n, converted_, weight_tile_, weight_tile_floats_, stream_);
   }
 
   void forward_chunk(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
@@ -416,21 +444,20 @@ class CudaRunner final : public ModelRunner {
     // Waves: two launches over all of a wave's present experts. Each wave uses its own part of
     // host_tasks_/tasks_, so a task list is not overwritten before its upload has run; acquire
     // queued the compute stream's waits on the slots' copies, release records after the kernels.
-    const DType expert_dtype = model_.sizes().expert_dtype;
     size_t task_base = 0;
     plan_.waves(il, hooks_.experts, l.experts, [&](std::span<const int32_t> ids, std::span<const FfnWeights* const> views) {
       int32_t n_tasks = 0;
       for (size_t i = 0; i < ids.size(); ++i) {
         if (views[i] == nullptr) continue;
-        CHRONOS_CHECK(views[i]->gate.dtype == expert_dtype && views[i]->up.dtype == expert_dtype &&
-                      views[i]->down.dtype == expert_dtype);
+        CHRONOS_CHECK(views[i]->gate.dtype == expert_gate_dtype_ && views[i]->up.dtype == expert_gate_dtype_ &&
+                      views[i]->down.dtype == expert_down_dtype_);
         host_tasks_[task_base + size_t(n_tasks++)] = cuda::ExpertTask{
             views[i]->gate.data, views[i]->up.data, views[i]->down.data, plan_.row_begin(ids[i]), plan_.row_end(ids[i])};
       }
       if (n_tasks > 0) {
         to_device(tasks_ + task_base, host_tasks_ + task_base, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
-        cuda::moe_gate_up(ff_gate_, ff_in_, tasks_ + task_base, n_tasks, expert_dtype, d, n_ff, stream_);
-        cuda::moe_down(ff_down_, ff_gate_, tasks_ + task_base, n_tasks, expert_dtype, d, n_ff, stream_);
+        cuda::moe_gate_up(ff_gate_, ff_in_, tasks_ + task_base, n_tasks, expert_gate_dtype_, d, n_ff, stream_);
+        cuda::moe_down(ff_down_, ff_gate_, tasks_ + task_base, n_tasks, expert_down_dtype_, d, n_ff, stream_);
       }
       task_base += ids.size();
     });
@@ -481,6 +508,9 @@ class CudaRunner final : public ModelRunner {
   uint8_t* missing_ = nullptr;
   cuda::ExpertTask* tasks_ = nullptr;
   void* converted_ = nullptr;
+  float* weight_tile_ = nullptr;  // [weight_tile_floats_] dequantized rows of a block matrix (prefill)
+  int64_t weight_tile_floats_ = 0;
+  DType expert_gate_dtype_ = DType::kF32, expert_down_dtype_ = DType::kF32;  // of every routed expert
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr, *k_cache_ = nullptr, *v_cache_ = nullptr;
 
   int32_t *host_ids_ = nullptr, *host_top_ids_ = nullptr, *host_gather_ = nullptr, *host_token_rows_ = nullptr;

@@ -1,0 +1,154 @@
+// GGUF block decoding for the CUDA kernels: eight consecutive weights of one block as f32, exactly
+// the values of dequantize_row (kernels/cpu/quant_layout.h is the CPU's record of the same layouts;
+// docs/quantization.md draws them). Written once for both compilers as device_math.h is: nvcc
+// builds it into the kernels, g++ into the CPU emulation of them, so the emulated tests check
+// the arithmetic that runs on a GPU.
+//
+// Why eight: a warp then covers 256 weights per step, one K super-block or eight 32-weight
+// blocks, and eight aligned weights never straddle a scale group (16 or 32 weights), so each lane
+// forms its group's factors once and reads contiguous bytes that the warp's neighbours continue.
+// Bytes are read one at a time: block strides (18, 22, 34, 84, 110, 210 bytes) leave no alignment
+// to rely on, and rows may start anywhere an expert cache slot puts them.
+#pragma once
+
+#include <cstdint>
+
+#include "chronos/dtype.h"
+#include "kernels/cuda/device_math.h"
+
+#if defined(__clang__) && !defined(__CUDA_ARCH__)
+#pragma clang fp contract(off)  // mul then sub, never fused: GGUF's numerics (GCC in ISO mode does not fuse)
+#endif
+
+namespace chronos::cuda::dm {
+
+CHRONOS_HD constexpr bool is_block_dtype(DType dtype) {
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kQ2_K ||
+         dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+}
+
+// dtype_block_elements and dtype_block_bytes of chronos/dtype.h as constant expressions.
+CHRONOS_HD constexpr int block_elements(DType dtype) {
+  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ6_K ? 256 : 32;
+}
+CHRONOS_HD constexpr int block_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    case DType::kQ5_0: return 22;
+    case DType::kQ2_K: return 84;
+    case DType::kQ3_K: return 110;
+    case DType::kQ4_K: return 144;
+    case DType::kQ6_K: return 210;
+    default: return 0;
+  }
+}
+
+// Weights decoded per call: a lane's share of a warp's 256-weight step.
+constexpr int kBlockPiece = 8;
+
+// Row `row` of a block matrix whose rows hold `cols` weights (a multiple of the block).
+template <DType D>
+CHRONOS_HD inline const uint8_t* block_row(const void* data, int64_t row, int64_t cols) {
+  return static_cast<const uint8_t*>(data) + row * (cols / block_elements(D)) * block_bytes(D);
+}
+
+CHRONOS_HD inline float read_f16(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
+
+// mul * q - sub with two roundings, never contracted to an fma: the f32 operations of
+// gguf.quants.dequantize and of the CPU kernels, so the weights agree bit for bit.
+CHRONOS_HD inline float mul_sub(float mul, float q, float sub) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(__fmul_rn(mul, q), sub);
+#else
+  return mul * q - sub;
+#endif
+}
+
+// Q3_K's signed 6-bit scale of sub-block g (0..15): low nibble in byte g % 8 (g >= 8: high
+// half), top two bits in byte 8 + g % 4 at bit 2 (g / 4); stored with offset 32.
+CHRONOS_HD inline int q3_k_scale(const uint8_t* scales, int g) {
+  const int low = g < 8 ? scales[g] & 0xF : scales[g - 8] >> 4;
+  const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// Q4_K's 6-bit scale and min of sub-block g (0..7) from its 12 packed bytes.
+CHRONOS_HD inline void q4_k_scale_min(const uint8_t* scales, int g, int& scale, int& min) {
+  if (g < 4) {
+    scale = scales[g] & 63;
+    min = scales[g + 4] & 63;
+  } else {
+    scale = (scales[g + 4] & 0xF) | ((scales[g - 4] >> 6) << 4);
+    min = (scales[g + 4] >> 4) | ((scales[g] >> 6) << 4);
+  }
+}
+
+// w[j] = weight first + j of the block at b, j < 8; first is a multiple of 8 below the block's
+// element count. Byte offsets as in quant_layout.h.
+template <DType D>
+CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kBlockPiece]) {
+  static_assert(is_block_dtype(D), "block_weights8 decodes block types only");
+  float mul = 0.0f, sub = 0.0f;
+  int q[kBlockPiece];
+  if constexpr (D == DType::kQ8_0) {  // d @0, qs int8[32] @2
+    mul = read_f16(b);
+    for (int j = 0; j < kBlockPiece; ++j) q[j] = int8_t(b[2 + first + j]);
+  } else if constexpr (D == DType::kQ4_0) {  // d @0, qs[16] @2: weight j low nibble, j + 16 high
+    mul = read_f16(b);
+    const uint8_t* qs = b + 2 + (first & 15);
+    const int shift = first >= 16 ? 4 : 0;
+    for (int j = 0; j < kBlockPiece; ++j) q[j] = ((qs[j] >> shift) & 0xF) - 8;
+  } else if constexpr (D == DType::kQ5_0) {  // d @0, qh u32 @2 (bit i: fifth bit of weight i), qs[16] @6
+    mul = read_f16(b);
+    const uint32_t qh = uint32_t(b[2]) | (uint32_t(b[3]) << 8) | (uint32_t(b[4]) << 16) | (uint32_t(b[5]) << 24);
+    const uint8_t* qs = b + 6 + (first & 15);
+    const int shift = first >= 16 ? 4 : 0;
+    for (int j = 0; j < kBlockPiece; ++j)
+      q[j] = (((qs[j] >> shift) & 0xF) | (int((qh >> (first + j)) & 1u) << 4)) - 16;
+  } else if constexpr (D == DType::kQ2_K || D == DType::kQ3_K) {
+    // Weight 128 h + 32 s + l: bits 2s..2s+1 of qs[32 h + l]; groups of 16.
+    const int h = first / 128, s = (first % 128) / 32, l0 = first % 32, g = first / 16;
+    if constexpr (D == DType::kQ2_K) {  // scales[16] @0, qs[64] @16, d @80, dmin @82
+      mul = read_f16(b + 80) * float(b[g] & 0xF);
+      sub = read_f16(b + 82) * float(b[g] >> 4);
+      for (int j = 0; j < kBlockPiece; ++j) q[j] = (b[16 + 32 * h + l0 + j] >> (2 * s)) & 3;
+    } else {  // hmask[32] @0, qs[64] @32, scales[12] @96, d @108; 4 subtracted unless the hmask bit is set
+      mul = read_f16(b + 108) * float(q3_k_scale(b + 96, g));
+      for (int j = 0; j < kBlockPiece; ++j) {
+        const int low = (b[32 + 32 * h + l0 + j] >> (2 * s)) & 3;
+        const int high = (b[l0 + j] >> (4 * h + s)) & 1;
+        q[j] = low - (high ? 0 : 4);
+      }
+    }
+  } else if constexpr (D == DType::kQ4_K) {
+    // d @0, dmin @2, scales[12] @4, qs[128] @16: weights 64 c + l and 64 c + 32 + l are the low and
+    // high nibble of qs[32 c + l]; groups of 32.
+    const int c = first / 64, shift = first % 64 >= 32 ? 4 : 0, l0 = first % 32, g = first / 32;
+    int scale = 0, min = 0;
+    q4_k_scale_min(b + 4, g, scale, min);
+    mul = read_f16(b) * float(scale);
+    sub = read_f16(b + 2) * float(min);
+    for (int j = 0; j < kBlockPiece; ++j) q[j] = (b[16 + 32 * c + l0 + j] >> shift) & 0xF;
+  } else {
+    // Q6_K: ql[128] @0, qh[64] @128, scales int8[16] @192, d @208. Weight 128 h + k: nibble k / 64
+    // of ql[64 h + k % 64], bits 2 (k / 32) of qh[32 h + k % 32] as bits 4-5; minus 32; groups of 16.
+    const int h = first / 128, k0 = first % 128, g = first / 16;
+    mul = read_f16(b + 208) * float(int8_t(b[192 + g]));
+    for (int j = 0; j < kBlockPiece; ++j) {
+      const int k = k0 + j;
+      const int low = (b[64 * h + k % 64] >> (4 * (k / 64))) & 0xF;
+      const int high = (b[128 + 32 * h + k % 32] >> (2 * (k / 32))) & 3;
+      q[j] = (low | (high << 4)) - 32;
+    }
+  }
+  for (int j = 0; j < kBlockPiece; ++j) w[j] = mul_sub(mul, float(q[j]), sub);
+}
+
+// Weights first .. first + 7 of a block row (first a multiple of 8).
+template <DType D>
+CHRONOS_HD inline void row_weights8(const uint8_t* row, int64_t first, float (&w)[kBlockPiece]) {
+  block_weights8<D>(row + (first / block_elements(D)) * block_bytes(D), int(first % block_elements(D)), w);
+}
+
+}  // namespace chronos::cuda::dm
