@@ -2,8 +2,9 @@
 // same bytes: dequantize_rows and embed_rows bit for bit against ops::weight_row_to_f32, matvec
 // (1..16 tokens), Blas::gemm's dequantized-tile path (40 tokens) and the MoE expert kernels against
 // ops::matmul_rows over those exact weights within the f32 dot-product bound (the kernels multiply
-// GGUF's weights by f32 activations; the CPU's 8-bit-activation mode is not the reference here). Rows start one byte off alignment too (an
-// expert cache slot may put them anywhere). Skipped when no CUDA device is present.
+// GGUF's weights by f32 activations; the CPU's 8-bit-activation mode is not the reference here).
+// Rows start one byte off alignment too (an expert cache slot may put them anywhere). Skipped when
+// no CUDA device is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
