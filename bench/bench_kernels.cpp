@@ -6,9 +6,9 @@
 // Counters: "bytes_per_second" (read bandwidth, or weight bytes streamed by matvec) and
 // "FLOPS" (2 * rows * cols * n_tokens per matmul). Args are (dtype, threads) or (n_tokens, threads).
 // Block types (Q8_0 ... Q6_K) stream their quantized bytes, so their matvec GB/s compares with the
-// read limit directly. BM_MatvecQ4_0Int8Dot and BM_QuantDotError measure the alternative the
-// kernels do not use (activations rounded to 8 bits per block, integer dot products): its speed
-// and its error against the exact product (docs/quantization.md).
+// read limit directly; their benchmarks take an "int8" argument: 0 runs the exact f32-activation
+// path, 1 the 8-bit-activation integer dot (ops::set_block_activation_mode). BM_QuantDotError
+// gives both paths' error against the exact product (docs/quantization.md).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -161,8 +161,16 @@ BENCHMARK(BM_Matmul)
 
 // n_tokens == 1 over ~256 MB of block-quantized weights (every byte pattern is a valid block;
 // 0x3c gives finite scales): bytes_per_second counts the quantized bytes read.
+// Sets the block-activation mode from a benchmark argument (0: f32, 1: int8) and names it.
+std::string set_block_mode(const benchmark::State& state, int index) {
+  const auto mode = state.range(index) != 0 ? ops::BlockActivationMode::kInt8 : ops::BlockActivationMode::kF32;
+  ops::set_block_activation_mode(mode);
+  return ops::block_activation_mode_name(mode);
+}
+
 void BM_MatvecBlock(benchmark::State& state) {
   const DType dtype = kBlockTypes[state.range(0)];
+  const std::string mode = set_block_mode(state, 2);
   const int64_t cols = 8192, row_bytes = dtype_row_bytes(dtype, cols), rows = kMatvecBytes / row_bytes;
   const Buffer weights = make_buffer(rows * row_bytes, 0x3c);
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
@@ -173,12 +181,12 @@ void BM_MatvecBlock(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * rows * row_bytes);
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " +
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + mode + " " + isa_name(active_isa()) + " " +
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatvecBlock)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 0}})
-    ->ArgNames({"dtype", "threads"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 0}, {0, 1}})
+    ->ArgNames({"dtype", "threads", "int8"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -186,6 +194,7 @@ BENCHMARK(BM_MatvecBlock)
 void BM_MatmulBlock(benchmark::State& state) {
   const int64_t n_tokens = state.range(0), rows = 4096, cols = 4096;
   const DType dtype = kBlockTypes[state.range(2)];
+  const std::string mode = set_block_mode(state, 3);
   const Buffer weights = make_buffer(rows * dtype_row_bytes(dtype, cols), 0x3c);
   std::vector<float> x(size_t(n_tokens * cols), 0.25f), y(size_t(n_tokens * rows));
   ThreadPool pool(threads_arg(state, 1));
@@ -196,102 +205,39 @@ void BM_MatmulBlock(benchmark::State& state) {
   }
   state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()),
                                                benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " +
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + mode + " " + isa_name(active_isa()) + " " +
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatmulBlock)
-    ->ArgsProduct({{16, 128}, {1, 0}, {1, 5}})
-    ->ArgNames({"tokens", "threads", "dtype"})
+    ->ArgsProduct({{16, 128}, {1, 0}, {0, 1, 5}, {0, 1}})
+    ->ArgNames({"tokens", "threads", "dtype", "int8"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// ---- The alternative kept out of the kernels: 8-bit activations and integer dot products ----
-
-// x[n] rounded to Q8_0 blocks (f32 scale here, as GGUF's activation blocks keep it exact enough).
-struct Q8Activations {
-  std::vector<float> scale;  // [n / 32]
-  std::vector<int8_t> q;     // [n]
-};
-
-Q8Activations quantize_activations(const float* x, int64_t n) {
-  Q8Activations a{std::vector<float>(size_t(n / 32)), std::vector<int8_t>(size_t(n))};
-  for (int64_t b = 0; b < n / 32; ++b) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    a.scale[size_t(b)] = d;
-    for (int i = 0; i < 32; ++i) a.q[size_t(b * 32 + i)] = int8_t(std::lround(x[b * 32 + i] * id));
-  }
-  return a;
-}
-
-// One Q4_0 row times Q8_0 activations, llama.cpp style: unpack 32 nibbles, |w| x sign(x, w) with
-// maddubs (u8 x s8 -> s16 pairs), madd to s32, one f32 FMA per block.
-__attribute__((target("avx2,fma,f16c"))) float dot_q4_0_q8_avx2(const uint8_t* row, const Q8Activations& a,
-                                                               int64_t cols) {
-  __m256 acc = _mm256_setzero_ps();
-  const __m256i low_mask = _mm256_set1_epi8(0xF), eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < cols / 32; ++b) {
-    const uint8_t* block = row + b * 18;
-    uint16_t d_bits;
-    std::memcpy(&d_bits, block, 2);
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    const __m256i nibbles = _mm256_and_si256(
-        _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), low_mask);  // weights 0..15 low lane, 16..31 high
-    const __m256i w = _mm256_sub_epi8(nibbles, eight);
-    const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q.data() + b * 32));
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w));
-    const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(f16_to_f32(d_bits) * a.scale[size_t(b)]), sums, acc);
-  }
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-void BM_MatvecQ4_0Int8Dot(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx2")) {
-    state.SkipWithError("needs AVX2");
-    return;
-  }
-  const int64_t cols = 8192, row_bytes = dtype_row_bytes(DType::kQ4_0, cols), rows = kMatvecBytes / row_bytes;
-  const Buffer weights = make_buffer(rows * row_bytes, 0x3c);
-  std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
-  ThreadPool pool(threads_arg(state, 0));
-  for (auto _ : state) {
-    const Q8Activations a = quantize_activations(x.data(), cols);  // per call, as a forward would
-    pool.parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) y[size_t(r)] = dot_q4_0_q8_avx2(weights.get() + r * row_bytes, a, cols);
-    });
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.SetBytesProcessed(int64_t(state.iterations()) * rows * row_bytes);
-  state.SetLabel("Q4_0 x Q8_0 int8 dot, " + std::to_string(pool.size()) + " threads");
-}
-BENCHMARK(BM_MatvecQ4_0Int8Dot)->Arg(1)->Arg(0)->ArgNames({"threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
-
-// Error of y = W x on Q4_0 weights against the exact product of the same dequantized weights, as
-// relative RMS over 512 rows of 4096 with normal weights and activations: the kernels' f32 path
+// Error of y = W x on block-type weights against the exact (double) product of the same dequantized
+// weights, as relative RMS over 512 rows of 4096 with normal weights and activations: the f32 path
 // ("f32_path") and the 8-bit-activation integer dot ("int8_path"); "weights" is the error of the
-// Q4_0 weights themselves (against the product of the unquantized f32 weights), for scale.
+// quantized weights themselves (against the product of the unquantized f32 weights), for scale.
 void BM_QuantDotError(benchmark::State& state) {
-  const int64_t rows = 512, cols = 4096, row_bytes = dtype_row_bytes(DType::kQ4_0, cols);
+  const DType dtype = kBlockTypes[state.range(0)];
+  const int64_t rows = 512, cols = 4096, row_bytes = dtype_row_bytes(dtype, cols);
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> w(static_cast<size_t>(rows * cols)), x(static_cast<size_t>(cols));
-  std::vector<float> w_deq(w.size()), y_f32(static_cast<size_t>(rows));
+  std::vector<float> w_deq(w.size()), y_f32(static_cast<size_t>(rows)), y_int(y_f32.size());
   for (auto& v : w) v = normal(rng);
   for (auto& v : x) v = normal(rng);
   std::vector<uint8_t> bytes(size_t(rows * row_bytes));
-  quantize_rows(DType::kQ4_0, w.data(), bytes.data(), rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    dequantize_row(DType::kQ4_0, bytes.data() + r * row_bytes, w_deq.data() + r * cols, cols);
+  quantize_rows(dtype, w.data(), bytes.data(), rows, cols);
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(dtype, bytes.data() + r * row_bytes, w_deq.data() + r * cols, cols);
   ThreadPool pool(1);
+  const WeightView view{bytes.data(), dtype, rows, cols};
   double err_f32 = 0, err_int = 0, err_weights = 0, energy = 0;
   for (auto _ : state) {
-    ops::matmul(y_f32.data(), x.data(), WeightView{bytes.data(), DType::kQ4_0, rows, cols}, 1, pool);
-    const Q8Activations a = quantize_activations(x.data(), cols);
+    ops::set_block_activation_mode(ops::BlockActivationMode::kF32);
+    ops::matmul(y_f32.data(), x.data(), view, 1, pool);
+    ops::set_block_activation_mode(ops::BlockActivationMode::kInt8);
+    ops::matmul(y_int.data(), x.data(), view, 1, pool);
     err_f32 = err_int = err_weights = energy = 0;
     for (int64_t r = 0; r < rows; ++r) {
       double exact = 0, original = 0;
@@ -299,10 +245,8 @@ void BM_QuantDotError(benchmark::State& state) {
         exact += double(w_deq[size_t(r * cols + c)]) * double(x[size_t(c)]);
         original += double(w[size_t(r * cols + c)]) * double(x[size_t(c)]);
       }
-      const double y_int =
-          __builtin_cpu_supports("avx2") ? dot_q4_0_q8_avx2(bytes.data() + r * row_bytes, a, cols) : 0.0;
       err_f32 += (y_f32[size_t(r)] - exact) * (y_f32[size_t(r)] - exact);
-      err_int += (y_int - exact) * (y_int - exact);
+      err_int += (y_int[size_t(r)] - exact) * (y_int[size_t(r)] - exact);
       err_weights += (exact - original) * (exact - original);
       energy += exact * exact;
     }
@@ -310,8 +254,9 @@ void BM_QuantDotError(benchmark::State& state) {
   state.counters["f32_path"] = std::sqrt(err_f32 / energy);
   state.counters["int8_path"] = std::sqrt(err_int / energy);
   state.counters["weights"] = std::sqrt(err_weights / energy);
+  state.SetLabel(std::string(dtype_name(dtype)));
 }
-BENCHMARK(BM_QuantDotError)->Iterations(1);
+BENCHMARK(BM_QuantDotError)->DenseRange(0, 6)->ArgNames({"dtype"})->Iterations(1);
 
 // One empty dispatch to all threads: the fixed cost each threaded op pays.
 void BM_PoolDispatch(benchmark::State& state) {

@@ -17,6 +17,13 @@ struct CpuKernels {
   // out[n] = row[n] converted from dtype (F32, F16, BF16 or a block type) to f32; for a block type
   // bit-identical to dequantize_row_scalar.
   void (*row_to_f32)(float* out, const void* row, DType dtype, int64_t n);
+  // The 8-bit-activation path for block-type weights (matmul_int8.cpp, matmul_int8_simd.h):
+  // quantize_activations writes n_tokens rows of activation blocks for weights of `weight_dtype`
+  // (activation_row_bytes each); matmul_rows_int8 is matmul_rows over those rows. Every ISA gives
+  // the scalar reference's bits: the integer dots are exact and the f32 steps the same.
+  void (*quantize_activations)(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols);
+  void (*matmul_rows_int8)(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                           int64_t row_end);
   void (*rmsnorm)(float* y, const float* x, const float* weight, int64_t n, float eps);
   void (*softmax)(float* x, int64_t n);
   void (*silu_mul)(float* out, const float* gate, const float* up, int64_t n);
@@ -33,6 +40,26 @@ const CpuKernels& active_kernels();
 // scalar translation unit so that no std::vector code is compiled for an ISA the CPU may lack.
 float* thread_scratch(int64_t n_floats);
 
+// 8-bit activation blocks for the integer-dot path. 32-weight types (Q8_0, Q4_0, Q5_0) pair with
+// ActBlock32, K types with ActBlock256: x[i] ~ d * qs[i], d = max|x| / 127 over the block, qs
+// rounded to nearest (ties to even), |qs| <= 127 (so the sign trick's u8 x s8 pairs never
+// saturate); bsums[g] = the sum of qs over 16-element group g. A block holding NaN or Inf gets
+// d = NaN and qs = 0, so every product it enters is NaN, as on the f32 path.
+struct ActBlock32 {
+  float d;
+  int8_t qs[32];
+};
+struct ActBlock256 {
+  float d;
+  int16_t bsums[16];
+  int8_t qs[256];
+};
+// Bytes of one token's activation blocks for a row of `cols` weights of `weight_dtype`.
+int64_t activation_row_bytes(DType weight_dtype, int64_t cols);
+// A per-thread byte buffer for quantized activations, separate from thread_scratch (which the
+// kernels use while ops hold this one).
+void* thread_activation_scratch(int64_t bytes);
+
 // Block quantization (quantize.cpp, dequantize.cpp): the scalar reference of quant.h's functions.
 void quantize_row_scalar(void* out, const float* x, DType dtype, int64_t n);
 void dequantize_row_scalar(float* out, const void* in, DType dtype, int64_t n);
@@ -42,6 +69,12 @@ void dequantize_row_scalar(float* out, const void* in, DType dtype, int64_t n);
 void matmul_rows_scalar(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                         int64_t row_begin, int64_t row_end);
 void row_to_f32_scalar(float* out, const void* row, DType dtype, int64_t n);
+// The integer-dot reference (matmul_int8.cpp): decode_levels' integers, exact integer sums per
+// block (or sub-block, times its integer scale), then per row and block in order
+// acc = fma(d_w * d_x, float(isum), acc) [and fma(-(dmin_w * d_x), float(isum_min), acc) for Q2_K, Q4_K].
+void quantize_activations_scalar(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols);
+void matmul_rows_int8_scalar(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                             int64_t row_end);
 void rmsnorm_scalar(float* y, const float* x, const float* weight, int64_t n, float eps);
 void softmax_scalar(float* x, int64_t n);
 void silu_mul_scalar(float* out, const float* gate, const float* up, int64_t n);
@@ -52,6 +85,9 @@ void axpy_scalar(float* y, float alpha, const float* x, int64_t n);
 void matmul_rows_avx2(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                       int64_t row_begin, int64_t row_end);
 void row_to_f32_avx2(float* out, const void* row, DType dtype, int64_t n);
+void quantize_activations_avx2(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols);
+void matmul_rows_int8_avx2(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                           int64_t row_end);
 void rmsnorm_avx2(float* y, const float* x, const float* weight, int64_t n, float eps);
 void softmax_avx2(float* x, int64_t n);
 void silu_mul_avx2(float* out, const float* gate, const float* up, int64_t n);
@@ -62,6 +98,10 @@ void axpy_avx2(float* y, float alpha, const float* x, int64_t n);
 void matmul_rows_avx512(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                         int64_t row_begin, int64_t row_end);
 void row_to_f32_avx512(float* out, const void* row, DType dtype, int64_t n);
+// AVX-512 VNNI + VL (matmul_int8_vnni_avx512.cpp): the AVX2 integer kernels with vpdpbusd on
+// 256-bit vectors for the 32-weight types; chosen only where CPUID reports AVX512_VNNI.
+void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens,
+                                 int64_t row_begin, int64_t row_end);
 void rmsnorm_avx512(float* y, const float* x, const float* weight, int64_t n, float eps);
 void softmax_avx512(float* x, int64_t n);
 void silu_mul_avx512(float* out, const float* gate, const float* up, int64_t n);

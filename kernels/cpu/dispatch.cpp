@@ -10,19 +10,25 @@ namespace chronos {
 namespace {
 
 constexpr kernels::CpuKernels kScalar = {
-    kernels::matmul_rows_scalar, kernels::row_to_f32_scalar, kernels::rmsnorm_scalar,
-    kernels::softmax_scalar,     kernels::silu_mul_scalar,   kernels::dot_scalar,
-    kernels::axpy_scalar,
+    kernels::matmul_rows_scalar, kernels::row_to_f32_scalar, kernels::quantize_activations_scalar,
+    kernels::matmul_rows_int8_scalar, kernels::rmsnorm_scalar, kernels::softmax_scalar,
+    kernels::silu_mul_scalar, kernels::dot_scalar, kernels::axpy_scalar,
 };
 constexpr kernels::CpuKernels kAvx2 = {
-    kernels::matmul_rows_avx2, kernels::row_to_f32_avx2, kernels::rmsnorm_avx2,
-    kernels::softmax_avx2,     kernels::silu_mul_avx2,   kernels::dot_avx2,
-    kernels::axpy_avx2,
+    kernels::matmul_rows_avx2, kernels::row_to_f32_avx2, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx2, kernels::softmax_avx2,
+    kernels::silu_mul_avx2, kernels::dot_avx2, kernels::axpy_avx2,
 };
+// The integer-dot kernels are 256-bit: without VNNI the AVX-512 table uses the AVX2 ones.
 constexpr kernels::CpuKernels kAvx512 = {
-    kernels::matmul_rows_avx512, kernels::row_to_f32_avx512, kernels::rmsnorm_avx512,
-    kernels::softmax_avx512,     kernels::silu_mul_avx512,   kernels::dot_avx512,
-    kernels::axpy_avx512,
+    kernels::matmul_rows_avx512, kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx512, kernels::softmax_avx512,
+    kernels::silu_mul_avx512, kernels::dot_avx512, kernels::axpy_avx512,
+};
+constexpr kernels::CpuKernels kAvx512Vnni = {
+    kernels::matmul_rows_avx512, kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx512vnni, kernels::rmsnorm_avx512, kernels::softmax_avx512,
+    kernels::silu_mul_avx512, kernels::dot_avx512, kernels::axpy_avx512,
 };
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 rejects "f16c" in __builtin_cpu_supports,
@@ -43,6 +49,12 @@ Isa probe_isa() {
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return avx512 ? Isa::kAvx512 : Isa::kAvx2;
+}
+
+// AVX512_VNNI (vpdpbusd) with the AVX-512 set above; only the integer-dot kernels use it.
+bool cpu_has_avx512_vnni() {
+  static const bool vnni = detect_isa() == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  return vnni;
 }
 
 // The process-wide choice set_isa() changes; -1 until first used. Kept here rather than in an
@@ -82,7 +94,7 @@ namespace kernels {
 const CpuKernels& kernels_for(Isa isa) {
   CHRONOS_CHECK_MSG(int(isa) <= int(detect_isa()), "kernels_for: the CPU lacks {}", isa_name(isa));
   switch (isa) {
-    case Isa::kAvx512: return kAvx512;
+    case Isa::kAvx512: return cpu_has_avx512_vnni() ? kAvx512Vnni : kAvx512;
     case Isa::kAvx2: return kAvx2;
     case Isa::kScalar: break;
   }

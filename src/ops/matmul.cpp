@@ -1,4 +1,9 @@
-// ops::matmul (rows split over the thread pool), ops::matmul_rows and ops::weight_row_to_f32.
+// ops::matmul (rows split over the thread pool), ops::matmul_rows, ops::weight_row_to_f32 and the
+// block-activation mode.
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
 #include "chronos/error.h"
 #include "chronos/ops.h"
 #include "chronos/thread_pool.h"
@@ -24,7 +29,50 @@ void check_weight(const WeightView& w, const char* op) {
   CHRONOS_CHECK(w.data != nullptr || w.rows * w.cols == 0);
 }
 
+// The process-wide mode; -1 until first used (then read from the environment).
+std::atomic<int> g_block_activations{-1};
+
+BlockActivationMode initial_block_activation_mode() {
+  // f32 until tests/engine/quantized_pack_test.cpp (which compares a packed model with the f32
+  // forward over its dequantized weights at 2e-3) selects the f32 mode itself: the int8 path's
+  // quality cost on the demo model is negligible (docs/quantization.md), so it is meant to be next.
+  const char* env = std::getenv("CHRONOS_BLOCK_ACTIVATIONS");
+  if (env == nullptr) return BlockActivationMode::kF32;
+  const std::string_view value(env);
+  if (value == "f32") return BlockActivationMode::kF32;
+  if (value == "int8") return BlockActivationMode::kInt8;
+  throw_error("CHRONOS_BLOCK_ACTIVATIONS is \"{}\": expected \"f32\" or \"int8\"", value);
+}
+
+bool use_int8(DType dtype) { return dtype_is_block(dtype) && block_activation_mode() == BlockActivationMode::kInt8; }
+
+// x[n_tokens, w.cols] as activation blocks in this thread's buffer.
+const void* quantize_activations(const kernels::CpuKernels& kernels, const float* x, const WeightView& w,
+                                 int64_t n_tokens) {
+  void* xq = kernels::thread_activation_scratch(n_tokens * kernels::activation_row_bytes(w.dtype, w.cols));
+  kernels.quantize_activations(xq, x, w.dtype, n_tokens, w.cols);
+  return xq;
+}
+
 }  // namespace
+
+void set_block_activation_mode(BlockActivationMode mode) {
+  g_block_activations.store(int(mode), std::memory_order_relaxed);
+}
+
+BlockActivationMode block_activation_mode() {
+  int mode = g_block_activations.load(std::memory_order_relaxed);
+  if (mode < 0) {
+    const int initial = int(initial_block_activation_mode());
+    g_block_activations.compare_exchange_strong(mode, initial, std::memory_order_relaxed);
+    mode = g_block_activations.load(std::memory_order_relaxed);
+  }
+  return BlockActivationMode(mode);
+}
+
+const char* block_activation_mode_name(BlockActivationMode mode) {
+  return mode == BlockActivationMode::kF32 ? "f32" : "int8";
+}
 
 void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, ThreadPool& pool) {
   check_weight(w, "matmul");
@@ -32,10 +80,17 @@ void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, Thr
   if (n_tokens == 0 || w.rows == 0) return;
   const auto& kernels = kernels::active_kernels();
   const int64_t work = w.rows * w.cols * n_tokens;
-  if (pool.size() == 1 || work < kMinParallelWork || w.rows <= kRowGrain) {
-    kernels.matmul_rows(y, x, w, n_tokens, 0, w.rows);
+  const bool serial = pool.size() == 1 || work < kMinParallelWork || w.rows <= kRowGrain;
+  if (use_int8(w.dtype)) {
+    // Quantized once here, before the split, so that every thread reads the same blocks.
+    const void* xq = quantize_activations(kernels, x, w, n_tokens);
+    if (serial) return kernels.matmul_rows_int8(y, xq, w, n_tokens, 0, w.rows);
+    pool.parallel_for(w.rows, kRowGrain, [&](int64_t begin, int64_t end) {
+      kernels.matmul_rows_int8(y, xq, w, n_tokens, begin, end);
+    });
     return;
   }
+  if (serial) return kernels.matmul_rows(y, x, w, n_tokens, 0, w.rows);
   pool.parallel_for(w.rows, kRowGrain, [&](int64_t begin, int64_t end) {
     kernels.matmul_rows(y, x, w, n_tokens, begin, end);
   });
@@ -46,7 +101,10 @@ void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens
   check_weight(w, "matmul_rows");
   CHRONOS_CHECK(n_tokens >= 0 && 0 <= row_begin && row_begin <= row_end && row_end <= w.rows);
   if (n_tokens == 0 || row_begin == row_end) return;
-  kernels::active_kernels().matmul_rows(y, x, w, n_tokens, row_begin, row_end);
+  const auto& kernels = kernels::active_kernels();
+  if (use_int8(w.dtype))  // every call quantizes its own copy: the same blocks whoever calls
+    return kernels.matmul_rows_int8(y, quantize_activations(kernels, x, w, n_tokens), w, n_tokens, row_begin, row_end);
+  kernels.matmul_rows(y, x, w, n_tokens, row_begin, row_end);
 }
 
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row) {

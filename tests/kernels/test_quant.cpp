@@ -1,6 +1,7 @@
 // Block-quantized weight types: the DType rules (sizes, names, the short-row fallback), the
-// quantizer's error bounds and determinism, and ops::matmul over block-type weights for every ISA
-// against the f32 product of the dequantized weights, with its thread- and token-count invariance.
+// quantizer's error bounds and determinism, and ops::matmul over block-type weights (f32-activation
+// mode) for every ISA against the f32 product of the dequantized weights, with its thread- and
+// token-count invariance.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -17,6 +18,13 @@ namespace {
 
 using test::available_isas;
 using test::IsaGuard;
+
+// The tests below hold the exact f32-activation path (test_quant_int8.cpp covers the int8 one).
+struct F32Mode {
+  F32Mode() : saved(ops::block_activation_mode()) { ops::set_block_activation_mode(ops::BlockActivationMode::kF32); }
+  ~F32Mode() { ops::set_block_activation_mode(saved); }
+  ops::BlockActivationMode saved;
+};
 
 const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
                              DType::kQ3_K, DType::kQ4_K, DType::kQ6_K};
@@ -177,6 +185,7 @@ void expect_matches_dequantized_product(const std::vector<float>& y, const std::
 
 TEST(QuantMatmul, MatchesTheDequantizedProductForEveryIsaTypeAndShape) {
   IsaGuard guard;
+  F32Mode f32;
   ThreadPool pool(1);
   for (DType dtype : kBlockTypes) {
     for (int64_t cols : {256, 768}) {
@@ -214,6 +223,7 @@ TEST(QuantMatmul, MatchesTheDequantizedProductForEveryIsaTypeAndShape) {
 // 32-block types also take rows that are not a multiple of 256 (the fallback's whole point).
 TEST(QuantMatmul, ShortRowsOf32BlockTypes) {
   IsaGuard guard;
+  F32Mode f32;
   ThreadPool pool(1);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) {
     for (int64_t cols : {32, 96, 128, 160}) {
@@ -235,6 +245,7 @@ TEST(QuantMatmul, ShortRowsOf32BlockTypes) {
 // matmul_rows over odd row ranges writes exactly those rows, with the same bits as the full product.
 TEST(QuantMatmul, OddRowRangesWriteOnlyTheirRows) {
   IsaGuard guard;
+  F32Mode f32;
   ThreadPool pool(1);
   const int64_t rows = 45, cols = 512;
   for (DType dtype : kBlockTypes) {
@@ -266,6 +277,7 @@ TEST(QuantMatmul, OddRowRangesWriteOnlyTheirRows) {
 // A row's dot never depends on the thread split nor on the other tokens of the batch.
 TEST(QuantMatmul, BitIdenticalAcrossThreadCountsAndTokenCounts) {
   IsaGuard guard;
+  F32Mode f32;
   ThreadPool pool1(1), pool2(2), pool3(3);
   const int64_t rows = 300, cols = 512;
   for (DType dtype : kBlockTypes) {

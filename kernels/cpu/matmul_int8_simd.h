@@ -1,0 +1,358 @@
+// The 8-bit-activation path for block-type weights on 256-bit integer vectors (AVX2; the VNNI
+// file swaps in vpdpbusd). Included only by matmul_int8_avx2.cpp and matmul_int8_vnni_avx512.cpp.
+//
+// Numerics: for each (row, token) and block, the integer dot of the weights' levels with the
+// activation block's int8 values (times the integer sub-block scales for the K types) is exact,
+// whatever the lane order; the 4 rows of a step are then reduced to 4 int32 sums and the f32 step
+// acc = fma(d_w * d_x, float(isum), acc) [then fma(-(dmin_w * d_x), float(isum_min), acc)] runs on
+// the 4 rows' lanes as explicit FMA instructions (the compiler may fuse a written mul and add, so
+// the fusion is spelled out). That is matmul_rows_int8_scalar's arithmetic, operation for
+// operation, so every ISA, thread split and batch size gives the same bits.
+//
+// Integer ranges (why nothing saturates): activation levels |x| <= 127; maddubs pairs u8 x s8 are at
+// most 2 * 128 * 127 (Q8_0 with the sign trick), 2 * 63 * 127 (Q6_K); madd by a scale of |s| <= 128
+// stays below 2^23; a K block's scaled sum stays below 2^29.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/quant_layout.h"
+
+namespace chronos::kernels {
+namespace {  // internal linkage: one copy per ISA translation unit
+
+// Prefetch distance per weight row stream (as the f32 block kernels).
+constexpr int64_t kInt8PrefetchBytes = 1024;
+// Tokens whose activation blocks stay hot while a group of 4 weight rows passes over them.
+constexpr int64_t kInt8TokenPanel = 32;
+
+// The 8 int32 lanes of the sign-trick product of 32 signed weight levels w and activations x:
+// lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
+struct Avx2Dot {
+  static __m256i dot_s8(__m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
+                             _mm256_set1_epi16(1));
+  }
+};
+
+// Lane i = the sum of v_i's 8 lanes.
+[[gnu::always_inline]] inline __m128i hsum4(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+  const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+// Lane i = the sum of v_i's 4 lanes.
+[[gnu::always_inline]] inline __m128i hsum4(__m128i v0, __m128i v1, __m128i v2, __m128i v3) {
+  return _mm_hadd_epi32(_mm_hadd_epi32(v0, v1), _mm_hadd_epi32(v2, v3));
+}
+
+// The f16 at byte offset `at` of each of 4 blocks, as f32 (exact).
+[[gnu::always_inline]] inline __m128 load_f16x4(const uint8_t* const* blk, int at) {
+  uint16_t h[4];
+  for (int i = 0; i < 4; ++i) std::memcpy(&h[i], blk[i] + at, 2);
+  return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h)));
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+// Byte i (0..31) = 0xFF where bit i of `bits` is set, else 0.
+[[gnu::always_inline]] inline __m256i bytes_from_bits(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(  // byte i <- byte i / 8 of bits (each 128-bit lane holds all 4)
+      _mm256_set1_epi32(int(bits)),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i others = _mm256_set1_epi64x(int64_t(0x7fbfdfeff7fbfdfeULL));  // every bit but i % 8
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
+}
+
+// The 32 signed levels of a Q8_0 / Q4_0 / Q5_0 block in weight order.
+template <DType D>
+[[gnu::always_inline]] inline __m256i levels32(const uint8_t* b) {
+  if constexpr (D == DType::kQ8_0) {
+    return load256(b + q8_0::qs);
+  } else {
+    const __m128i packed = load128(b + (D == DType::kQ4_0 ? q4_0::qs : q5_0::qs));
+    const __m128i low = _mm_set1_epi8(0xF);
+    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+    if constexpr (D == DType::kQ4_0) {
+      return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+    } else {
+      uint32_t qh;
+      std::memcpy(&qh, b + q5_0::qh, 4);
+      const __m256i fifth = _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10));
+      return _mm256_sub_epi8(_mm256_or_si256(nibbles, fifth), _mm256_set1_epi8(16));
+    }
+  }
+}
+
+// Word w of each 128-bit lane broadcast across that lane (shuffle_epi8 control).
+[[gnu::always_inline]] inline __m256i word_broadcast(int low_lane_word, int high_lane_word) {
+  const __m128i lo = _mm_set1_epi16(int16_t(0x0100 + 0x0202 * low_lane_word));
+  const __m128i hi = _mm_set1_epi16(int16_t(0x0100 + 0x0202 * high_lane_word));
+  return _mm256_set_m128i(hi, lo);
+}
+
+// One 32-weight block of 4 rows: acc[i] += (d_w[i] * d_x) * float(isum[i]).
+template <class T, DType D>
+[[gnu::always_inline]] inline __m128 step32(__m128 acc, const uint8_t* const* blk, const ActBlock32& a) {
+  const __m256i x = load256(a.qs);
+  const __m128i isum = hsum4(T::dot_s8(levels32<D>(blk[0]), x), T::dot_s8(levels32<D>(blk[1]), x),
+                             T::dot_s8(levels32<D>(blk[2]), x), T::dot_s8(levels32<D>(blk[3]), x));
+  const __m128 dd = _mm_mul_ps(load_f16x4(blk, 0), _mm_set1_ps(a.d));
+  return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(isum), acc);
+}
+
+// u8 levels u times activations x, 16 pairs, each pair-sum times its group's int16 scale, as 8 int32.
+[[gnu::always_inline]] inline __m256i scaled_dot(__m256i u, __m256i x, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16);
+}
+
+// One K-type super-block of one row: `scaled` = sum over groups of scale * (levels . x) with the
+// levels as stored (unsigned), `mins` = sum over groups of (min or scale) * sum(x) for the offset.
+template <DType D>
+[[gnu::always_inline]] inline void k_row(const uint8_t* b, const ActBlock256& a, __m256i* scaled, __m128i* mins) {
+  const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(0xF);
+  const int8_t* xq = a.qs;
+  const __m128i bs_lo = load128(a.bsums), bs_hi = load128(a.bsums + 8);
+  __m256i acc = _mm256_setzero_si256();
+  if constexpr (D == DType::kQ4_K) {
+    uint32_t u[3], sm[4];
+    std::memcpy(u, b + q4_k::scales, 12);
+    sm[0] = u[0] & 0x3f3f3f3f;                                                   // scales 0-3
+    sm[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);            // scales 4-7
+    sm[2] = u[1] & 0x3f3f3f3f;                                                   // mins 0-3
+    sm[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);     // mins 4-7
+    const __m128i packed = load128(sm);
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
+    const __m128i bs32 = _mm_hadd_epi16(bs_lo, bs_hi);  // sums over the 8 sub-blocks of 32
+    *mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed, 8)), bs32);
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = load256(b + q4_k::qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+      acc = _mm256_add_epi32(acc, scaled_dot(lo, load256(xq + 64 * c),
+                                             _mm256_shuffle_epi8(scales, word_broadcast(2 * c, 2 * c))));
+      acc = _mm256_add_epi32(acc, scaled_dot(hi, load256(xq + 64 * c + 32),
+                                             _mm256_shuffle_epi8(scales, word_broadcast(2 * c + 1, 2 * c + 1))));
+    }
+  } else {
+    // 16 groups of 16: scales (and Q2_K's mins) as int16, groups 0-7 and 8-15.
+    __m128i sc_lo, sc_hi;
+    if constexpr (D == DType::kQ2_K) {
+      const __m128i v = load128(b + q2_k::scales), low = _mm_set1_epi8(0xF);
+      const __m128i sc = _mm_and_si128(v, low), mn = _mm_and_si128(_mm_srli_epi16(v, 4), low);
+      sc_lo = _mm_cvtepu8_epi16(sc);
+      sc_hi = _mm_cvtepu8_epi16(_mm_srli_si128(sc, 8));
+      *mins = _mm_add_epi32(_mm_madd_epi16(_mm_cvtepu8_epi16(mn), bs_lo),
+                            _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(mn, 8)), bs_hi));
+    } else {
+      __m128i sc;
+      if constexpr (D == DType::kQ3_K) {
+        // Byte j = low nibble | top two bits << 4, minus 32 (quant_layout.h, q3_k_scale).
+        uint32_t a3[3], s[4];
+        std::memcpy(a3, b + q3_k::scales, 12);
+        s[0] = (a3[0] & 0x0f0f0f0f) | ((a3[2] & 0x03030303) << 4);
+        s[1] = (a3[1] & 0x0f0f0f0f) | (((a3[2] >> 2) & 0x03030303) << 4);
+        s[2] = ((a3[0] >> 4) & 0x0f0f0f0f) | (((a3[2] >> 4) & 0x03030303) << 4);
+        s[3] = ((a3[1] >> 4) & 0x0f0f0f0f) | (((a3[2] >> 6) & 0x03030303) << 4);
+        sc = _mm_sub_epi8(load128(s), _mm_set1_epi8(32));
+      } else {
+        static_assert(D == DType::kQ6_K);
+        sc = load128(b + q6_k::scales);
+      }
+      sc_lo = _mm_cvtepi8_epi16(sc);
+      sc_hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
+      *mins = _mm_add_epi32(_mm_madd_epi16(sc_lo, bs_lo), _mm_madd_epi16(sc_hi, bs_hi));
+    }
+    const __m256i hmask = D == DType::kQ3_K ? load256(b + q3_k::hmask) : _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i scales = _mm256_broadcastsi128_si256(h == 0 ? sc_lo : sc_hi);
+      __m256i v0, v1 = _mm256_setzero_si256(), qh = _mm256_setzero_si256();
+      if constexpr (D == DType::kQ6_K) {
+        v0 = load256(b + q6_k::ql + 64 * h);
+        v1 = load256(b + q6_k::ql + 64 * h + 32);
+        qh = load256(b + q6_k::qh + 32 * h);
+      } else {
+        v0 = load256(b + (D == DType::kQ2_K ? q2_k::qs : q3_k::qs) + 32 * h);
+      }
+#pragma GCC unroll 4
+      for (int s = 0; s < 4; ++s) {  // weights 128 h + 32 s + [0, 32): groups 8 h + 2 s and + 1
+        __m256i u;
+        if constexpr (D == DType::kQ6_K) {
+          const __m256i ql = s % 2 == 0 ? v0 : v1;
+          const __m256i low = _mm256_and_si256(s < 2 ? ql : _mm256_srli_epi16(ql, 4), m15);
+          const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), m3);
+          u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+        } else {
+          u = _mm256_and_si256(_mm256_srl_epi16(v0, _mm_cvtsi32_si128(2 * s)), m3);
+          if constexpr (D == DType::kQ3_K) {
+            const __m256i high =
+                _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(4 * h + s)), _mm256_set1_epi8(1));
+            u = _mm256_or_si256(u, _mm256_slli_epi16(high, 2));
+          }
+        }
+        const __m256i pair_scales = _mm256_shuffle_epi8(scales, word_broadcast(2 * s, 2 * s + 1));
+        acc = _mm256_add_epi32(acc, scaled_dot(u, load256(xq + 128 * h + 32 * s), pair_scales));
+      }
+    }
+  }
+  *scaled = acc;
+}
+
+// One K-type super-block of 4 rows (see matmul_rows_int8_scalar for the f32 step of each type).
+template <DType D>
+[[gnu::always_inline]] inline __m128 step256(__m128 acc, const uint8_t* const* blk, const ActBlock256& a) {
+  __m256i scaled[4];
+  __m128i mins[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) k_row<D>(blk[i], a, &scaled[i], &mins[i]);
+  const __m128i s = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
+  const __m128i m = hsum4(mins[0], mins[1], mins[2], mins[3]);
+  const __m128 dx = _mm_set1_ps(a.d);
+  if constexpr (D == DType::kQ4_K || D == DType::kQ2_K) {
+    constexpr int d_at = D == DType::kQ4_K ? q4_k::d : q2_k::d, dmin_at = D == DType::kQ4_K ? q4_k::dmin : q2_k::dmin;
+    const __m128 dd = _mm_mul_ps(load_f16x4(blk, d_at), dx), dm = _mm_mul_ps(load_f16x4(blk, dmin_at), dx);
+    return _mm_fnmadd_ps(dm, _mm_cvtepi32_ps(m), _mm_fmadd_ps(dd, _mm_cvtepi32_ps(s), acc));
+  } else {
+    // Levels are stored with an offset (Q3_K: 4, Q6_K: 32): the signed dot is scaled - offset * mins.
+    constexpr int offset_log2 = D == DType::kQ3_K ? 2 : 5, d_at = D == DType::kQ3_K ? q3_k::d : q6_k::d;
+    const __m128i isum = _mm_sub_epi32(s, _mm_slli_epi32(m, offset_log2));
+    return _mm_fmadd_ps(_mm_mul_ps(load_f16x4(blk, d_at), dx), _mm_cvtepi32_ps(isum), acc);
+  }
+}
+
+// out[i] = rows[i] . one token's activation blocks, for 4 rows anywhere in memory.
+template <class T, DType D>
+inline void dot4_int8(float* out, const uint8_t* const* rows, const uint8_t* xq, int64_t n_blocks) {
+  constexpr int64_t kBlockBytes = D == DType::kQ8_0   ? 34
+                                  : D == DType::kQ4_0 ? 18
+                                  : D == DType::kQ5_0 ? 22
+                                  : D == DType::kQ2_K ? 84
+                                  : D == DType::kQ3_K ? 110
+                                  : D == DType::kQ4_K ? 144
+                                                      : 210;
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      blk[i] = rows[i] + b * kBlockBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(blk[i]) + kInt8PrefetchBytes),
+                   _MM_HINT_T0);
+    }
+    if constexpr (block_elements_of(D) == 32)
+      acc = step32<T, D>(acc, blk, reinterpret_cast<const ActBlock32*>(xq)[b]);
+    else
+      acc = step256<D>(acc, blk, reinterpret_cast<const ActBlock256*>(xq)[b]);
+  }
+  _mm_storeu_ps(out, acc);
+}
+
+// Rows [row_begin, row_end) for n_tokens tokens. One token: 4 row streams over 4 contiguous slices
+// (as matvec_block_rows); more: groups of 4 adjacent rows, each reused by a panel of tokens. A
+// group short of 4 rows repeats its first row and drops the extra results.
+template <class T, DType D>
+void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols, int64_t n_tokens,
+                      int64_t row_begin, int64_t row_end) {
+  const int64_t row_bytes = dtype_row_bytes(D, cols), act_bytes = activation_row_bytes(D, cols);
+  const int64_t n_blocks = cols / block_elements_of(D);
+  const uint8_t* group[4];
+  float out[4];
+  if (n_tokens == 1) {
+    const int64_t slice = (row_end - row_begin) / 4;
+    for (int64_t k = 0; k < slice; ++k) {
+      for (int i = 0; i < 4; ++i) group[i] = w + (row_begin + i * slice + k) * row_bytes;
+      dot4_int8<T, D>(out, group, xq, n_blocks);
+      for (int i = 0; i < 4; ++i) y[row_begin + i * slice + k] = out[i];
+    }
+    row_begin += 4 * slice;
+  }
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenPanel) {
+    const int64_t t_end = n_tokens - t0 < kInt8TokenPanel ? n_tokens : t0 + kInt8TokenPanel;
+    for (int64_t r = row_begin; r < row_end; r += 4) {
+      const int n_rows = row_end - r < 4 ? int(row_end - r) : 4;
+      for (int i = 0; i < 4; ++i) group[i] = w + (r + (i < n_rows ? i : 0)) * row_bytes;
+      for (int64_t t = t0; t < t_end; ++t) {
+        dot4_int8<T, D>(out, group, xq + t * act_bytes, n_blocks);
+        for (int i = 0; i < n_rows; ++i) y[t * rows + r + i] = out[i];
+      }
+    }
+  }
+}
+
+// One block of N (32 or 256) activations: quantize_activation_block (matmul_int8.cpp) on 8 lanes;
+// max is exact and x * (1 / d) is one rounding in both, cvtps2dq rounds ties to even as nearbyint.
+template <int N>
+inline void quantize_activation_block_avx2(const float* x, float* d_out, int8_t* qs, int16_t* bsums) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(3.40282347e+38f);
+  __m256 amax = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int i = 0; i < N; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+    amax = _mm256_max_ps(amax, a);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // Inf or NaN
+  }
+  if (_mm256_movemask_ps(bad) != 0) {
+    *d_out = __builtin_nanf("");
+    std::memset(qs, 0, N);
+  } else {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    *d_out = d;
+    const __m256 scale = _mm256_set1_ps(id);
+    for (int i = 0; i < N; i += 32) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * k), scale));
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + i),
+                          _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+  }
+  if constexpr (N == 256) {
+    for (int g = 0; g < 16; ++g) {  // 16 sums of 16 bytes: widen to int16 and add
+      const __m256i w = _mm256_madd_epi16(_mm256_cvtepi8_epi16(load128(qs + 16 * g)), _mm256_set1_epi16(1));
+      __m128i v = _mm_add_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+      v = _mm_hadd_epi32(v, v);
+      v = _mm_hadd_epi32(v, v);
+      bsums[g] = int16_t(_mm_cvtsi128_si32(v));
+    }
+  } else {
+    (void)bsums;
+  }
+}
+
+inline void quantize_activations_simd(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols) {
+  auto* bytes = static_cast<uint8_t*>(out);
+  const int64_t row_bytes = activation_row_bytes(weight_dtype, cols);
+  const bool k_type = block_elements_of(weight_dtype) == 256;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* xr = x + t * cols;
+    if (k_type) {
+      auto* a = reinterpret_cast<ActBlock256*>(bytes + t * row_bytes);
+      for (int64_t b = 0; b < cols / 256; ++b)
+        quantize_activation_block_avx2<256>(xr + b * 256, &a[b].d, a[b].qs, a[b].bsums);
+    } else {
+      auto* a = reinterpret_cast<ActBlock32*>(bytes + t * row_bytes);
+      for (int64_t b = 0; b < cols / 32; ++b)
+        quantize_activation_block_avx2<32>(xr + b * 32, &a[b].d, a[b].qs, nullptr);
+    }
+  }
+}
+
+template <class T>
+void matmul_rows_int8_simd(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                           int64_t row_end) {
+  if (!dtype_is_block(w.dtype)) return matmul_rows_int8_scalar(y, xq, w, n_tokens, row_begin, row_end);  // reports it
+  with_block_type(w.dtype, [&]<DType D>() {
+    matmul_int8_rows<T, D>(y, static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(w.data), w.rows, w.cols,
+                           n_tokens, row_begin, row_end);
+  });
+}
+
+}  // namespace
+}  // namespace chronos::kernels

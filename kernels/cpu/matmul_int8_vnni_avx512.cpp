@@ -1,0 +1,36 @@
+// AVX-512 VNNI kernels of the 8-bit-activation path: matmul_int8_simd.h with the 32-weight types'
+// sign-trick product as one vpdpbusd (256-bit, AVX512_VNNI + AVX512VL) instead of maddubs + madd.
+// The products never reach maddubs' int16 saturation (see matmul_int8_simd.h), so both give the
+// same integers. kernels/CMakeLists.txt compiles *_avx512.cpp for AVX-512 F/BW/VL/DQ; VNNI is added
+// here for this file alone, and the dispatch uses it only where CPUID reports AVX512_VNNI.
+#include <immintrin.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512vnni"))), apply_to = function)
+#else
+#pragma GCC target("avx512vnni")
+#endif
+
+#include "kernels/cpu/matmul_int8_simd.h"
+
+namespace chronos::kernels {
+namespace {
+
+struct VnniDot {
+  static __m256i dot_s8(__m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+  }
+};
+
+}  // namespace
+
+void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens,
+                                 int64_t row_begin, int64_t row_end) {
+  matmul_rows_int8_simd<VnniDot>(y, xq, w, n_tokens, row_begin, row_end);
+}
+
+}  // namespace chronos::kernels
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
