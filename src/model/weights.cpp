@@ -89,7 +89,9 @@ std::map<std::string, QuantizedTensor, std::less<>> read_quantized_tensors(const
   if (!text) return out;
   const auto json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (!json.is_object()) throw_error("{}: __metadata__ {} is not a JSON object", file, kQuantizedTensorsKey);
-  for (const auto& [name, entry] : json.items()) {
+  for (const auto& item : json.items()) {
+    const std::string& name = item.key();
+    const nlohmann::json& entry = item.value();
     const auto bad = [&](const char* what) {
       throw_error("{}: __metadata__ {}: tensor {}: {}", file, kQuantizedTensorsKey, name, what);
     };
