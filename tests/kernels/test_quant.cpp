@@ -20,11 +20,6 @@ using test::available_isas;
 using test::IsaGuard;
 
 // The tests below hold the exact f32-activation path (test_quant_int8.cpp covers the int8 one).
-struct F32Mode {
-  F32Mode() : saved(ops::block_activation_mode()) { ops::set_block_activation_mode(ops::BlockActivationMode::kF32); }
-  ~F32Mode() { ops::set_block_activation_mode(saved); }
-  ops::BlockActivationMode saved;
-};
 
 const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
                              DType::kQ3_K, DType::kQ4_K, DType::kQ6_K};
@@ -144,31 +139,12 @@ TEST(Quantize, IsDeterministicAndRejectsNonFinite) {
   }
 }
 
-// A [rows, cols] block-type matrix and the exact f32 value of every weight it stores.
-struct QuantWeights {
-  DType dtype;
-  int64_t rows, cols;
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;  // [rows, cols], dequantized
-
-  WeightView view() const { return {bytes.data(), dtype, rows, cols}; }
-};
-
-QuantWeights make_quant_weights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  QuantWeights w{dtype, rows, cols, std::vector<uint8_t>(size_t(rows * dtype_row_bytes(dtype, cols))),
-                 std::vector<float>(size_t(rows * cols))};
-  const auto x = test::random_floats(rows * cols, seed);
-  quantize_rows(dtype, x.data(), w.bytes.data(), rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    dequantize_row(dtype, w.bytes.data() + r * dtype_row_bytes(dtype, cols), w.values.data() + r * cols, cols);
-  return w;
-}
 
 // y[t, r] against sum_c w[r, c] x[t, c] in double over the dequantized weights, within the f32
 // summation bound (n + 1) u sum |w x| (as test_matmul.cpp): every ISA computes the f32 product of
 // the exact dequantized weights, so nothing else may contribute.
 void expect_matches_dequantized_product(const std::vector<float>& y, const std::vector<float>& x,
-                                        const QuantWeights& w, int64_t n_tokens, int64_t row_begin,
+                                        const test::QuantWeights& w, int64_t n_tokens, int64_t row_begin,
                                         int64_t row_end, const std::string& what) {
   for (int64_t t = 0; t < n_tokens; ++t)
     for (int64_t r = row_begin; r < row_end; ++r) {
@@ -185,12 +161,12 @@ void expect_matches_dequantized_product(const std::vector<float>& y, const std::
 
 TEST(QuantMatmul, MatchesTheDequantizedProductForEveryIsaTypeAndShape) {
   IsaGuard guard;
-  F32Mode f32;
+  test::BlockModeGuard f32(ops::BlockActivationMode::kF32);
   ThreadPool pool(1);
   for (DType dtype : kBlockTypes) {
     for (int64_t cols : {256, 768}) {
       for (int64_t rows : {1, 7, 40}) {
-        const auto w = make_quant_weights(dtype, rows, cols, uint32_t(rows * 31 + cols));
+        const auto w = test::make_quant_weights(dtype, rows, cols, uint32_t(rows * 31 + cols));
         for (int64_t n_tokens : {1, 3, 8, 17}) {
           const auto x = test::random_floats(n_tokens * cols, uint32_t(cols + n_tokens));
           std::vector<float> reference(size_t(n_tokens * rows));
@@ -223,11 +199,11 @@ TEST(QuantMatmul, MatchesTheDequantizedProductForEveryIsaTypeAndShape) {
 // 32-block types also take rows that are not a multiple of 256 (the fallback's whole point).
 TEST(QuantMatmul, ShortRowsOf32BlockTypes) {
   IsaGuard guard;
-  F32Mode f32;
+  test::BlockModeGuard f32(ops::BlockActivationMode::kF32);
   ThreadPool pool(1);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) {
     for (int64_t cols : {32, 96, 128, 160}) {
-      const auto w = make_quant_weights(dtype, 19, cols, uint32_t(cols));
+      const auto w = test::make_quant_weights(dtype, 19, cols, uint32_t(cols));
       for (Isa isa : available_isas()) {
         set_isa(isa);
         for (int64_t n_tokens : {1, 3, 8, 17}) {
@@ -245,11 +221,11 @@ TEST(QuantMatmul, ShortRowsOf32BlockTypes) {
 // matmul_rows over odd row ranges writes exactly those rows, with the same bits as the full product.
 TEST(QuantMatmul, OddRowRangesWriteOnlyTheirRows) {
   IsaGuard guard;
-  F32Mode f32;
+  test::BlockModeGuard f32(ops::BlockActivationMode::kF32);
   ThreadPool pool(1);
   const int64_t rows = 45, cols = 512;
   for (DType dtype : kBlockTypes) {
-    const auto w = make_quant_weights(dtype, rows, cols, 11);
+    const auto w = test::make_quant_weights(dtype, rows, cols, 11);
     for (Isa isa : available_isas()) {
       set_isa(isa);
       for (int64_t n_tokens : {1, 3, 8, 17}) {
@@ -277,11 +253,11 @@ TEST(QuantMatmul, OddRowRangesWriteOnlyTheirRows) {
 // A row's dot never depends on the thread split nor on the other tokens of the batch.
 TEST(QuantMatmul, BitIdenticalAcrossThreadCountsAndTokenCounts) {
   IsaGuard guard;
-  F32Mode f32;
+  test::BlockModeGuard f32(ops::BlockActivationMode::kF32);
   ThreadPool pool1(1), pool2(2), pool3(3);
   const int64_t rows = 300, cols = 512;
   for (DType dtype : kBlockTypes) {
-    const auto w = make_quant_weights(dtype, rows, cols, 21);
+    const auto w = test::make_quant_weights(dtype, rows, cols, 21);
     for (Isa isa : available_isas()) {
       set_isa(isa);
       const int64_t n_tokens = 17;

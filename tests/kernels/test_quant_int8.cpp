@@ -27,32 +27,7 @@ const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ
                              DType::kQ3_K, DType::kQ4_K, DType::kQ6_K};
 
 // Sets a block-activation mode for one test and restores the previous one.
-struct ModeGuard {
-  explicit ModeGuard(BlockActivationMode mode) : saved(ops::block_activation_mode()) {
-    ops::set_block_activation_mode(mode);
-  }
-  ~ModeGuard() { ops::set_block_activation_mode(saved); }
-  BlockActivationMode saved;
-};
 
-struct QuantWeights {
-  DType dtype;
-  int64_t rows, cols;
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;  // [rows, cols], dequantized
-
-  WeightView view() const { return {bytes.data(), dtype, rows, cols}; }
-};
-
-QuantWeights make_quant_weights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  QuantWeights w{dtype, rows, cols, std::vector<uint8_t>(size_t(rows * dtype_row_bytes(dtype, cols))),
-                 std::vector<float>(size_t(rows * cols))};
-  const auto x = test::random_floats(rows * cols, seed);
-  quantize_rows(dtype, x.data(), w.bytes.data(), rows, cols);
-  for (int64_t r = 0; r < rows; ++r)
-    dequantize_row(dtype, w.bytes.data() + r * dtype_row_bytes(dtype, cols), w.values.data() + r * cols, cols);
-  return w;
-}
 
 // Activations with the awkward blocks: one all zero, one with a single large value, one tiny.
 std::vector<float> make_activations(int64_t n_tokens, int64_t cols, uint32_t seed) {
@@ -110,10 +85,10 @@ TEST(Int8Activations, EveryIsaWritesTheScalarQuantizersBytes) {
 }
 
 // y[t, r] for every (t, r) from ops::matmul with the given ISA and mode.
-std::vector<float> product(const QuantWeights& w, const std::vector<float>& x, int64_t n_tokens, Isa isa,
+std::vector<float> product(const test::QuantWeights& w, const std::vector<float>& x, int64_t n_tokens, Isa isa,
                            BlockActivationMode mode, ThreadPool& pool) {
   set_isa(isa);
-  ModeGuard guard(mode);
+  test::BlockModeGuard guard(mode);
   std::vector<float> y(size_t(n_tokens * w.rows), std::numeric_limits<float>::quiet_NaN());
   ops::matmul(y.data(), x.data(), w.view(), n_tokens, pool);
   return y;
@@ -129,7 +104,7 @@ void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b,
 // activations' rounding (|x - d q| <= d / 2 per element) and from the f32 steps (a few roundings per
 // block, then one add per block): |y - exact| <= sum |w| d / 2 + (n_blocks + 8) u sum |w| (|x| + d).
 void expect_within_activation_rounding(const std::vector<float>& y, const std::vector<float>& x,
-                                       const QuantWeights& w, int64_t n_tokens, const std::string& what,
+                                       const test::QuantWeights& w, int64_t n_tokens, const std::string& what,
                                        double* error2, double* energy) {
   const int64_t block = dtype_block_elements(w.dtype), n_blocks = w.cols / block;
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -163,7 +138,7 @@ TEST(Int8Matmul, EveryIsaIsBitIdenticalToTheScalarReferenceAndWithinTheRoundingB
     double error2 = 0.0, energy = 0.0;
     for (int64_t cols : {256, 768}) {
       for (int64_t rows : {1, 7, 40}) {
-        const auto w = make_quant_weights(dtype, rows, cols, uint32_t(rows * 31 + cols));
+        const auto w = test::make_quant_weights(dtype, rows, cols, uint32_t(rows * 31 + cols));
         for (int64_t n_tokens : {1, 3, 8, 17, 40}) {
           const auto x = make_activations(n_tokens, cols, uint32_t(cols + n_tokens));
           const auto reference = product(w, x, n_tokens, Isa::kScalar, BlockActivationMode::kInt8, pool);
@@ -193,7 +168,7 @@ TEST(Int8Matmul, RelativeErrorOnNormalData) {
   for (auto& v : source) v = normal(rng);
   for (auto& v : x) v = normal(rng);
   for (DType dtype : kBlockTypes) {
-    QuantWeights w{dtype, rows, cols, std::vector<uint8_t>(size_t(rows * dtype_row_bytes(dtype, cols))),
+    test::QuantWeights w{dtype, rows, cols, std::vector<uint8_t>(size_t(rows * dtype_row_bytes(dtype, cols))),
                    std::vector<float>(source.size())};
     quantize_rows(dtype, source.data(), w.bytes.data(), rows, cols);
     for (int64_t r = 0; r < rows; ++r)
@@ -217,7 +192,7 @@ TEST(Int8Matmul, ShortRowsOf32BlockTypes) {
   ThreadPool pool(1);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) {
     for (int64_t cols : {32, 96, 128, 160}) {
-      const auto w = make_quant_weights(dtype, 19, cols, uint32_t(cols));
+      const auto w = test::make_quant_weights(dtype, 19, cols, uint32_t(cols));
       for (int64_t n_tokens : {1, 3, 17}) {
         const auto x = make_activations(n_tokens, cols, uint32_t(cols * 3 + n_tokens));
         const auto reference = product(w, x, n_tokens, Isa::kScalar, BlockActivationMode::kInt8, pool);
@@ -236,11 +211,11 @@ TEST(Int8Matmul, ShortRowsOf32BlockTypes) {
 // the row range a matmul_rows call covers.
 TEST(Int8Matmul, BitIdenticalAcrossThreadsBatchesAndRowRanges) {
   IsaGuard guard;
-  ModeGuard mode(BlockActivationMode::kInt8);
+  test::BlockModeGuard mode(BlockActivationMode::kInt8);
   ThreadPool pool1(1), pool2(2), pool3(3);
   const int64_t rows = 300, cols = 512, n_tokens = 17;
   for (DType dtype : kBlockTypes) {
-    const auto w = make_quant_weights(dtype, rows, cols, 21);
+    const auto w = test::make_quant_weights(dtype, rows, cols, 21);
     const auto x = make_activations(n_tokens, cols, 22);
     for (Isa isa : available_isas()) {
       set_isa(isa);
@@ -276,10 +251,10 @@ TEST(Int8Matmul, BitIdenticalAcrossThreadsBatchesAndRowRanges) {
 
 TEST(Int8Matmul, NonFiniteActivationsGiveNaN) {
   IsaGuard guard;
-  ModeGuard mode(BlockActivationMode::kInt8);
+  test::BlockModeGuard mode(BlockActivationMode::kInt8);
   ThreadPool pool(1);
   for (DType dtype : {DType::kQ8_0, DType::kQ4_K}) {
-    const auto w = make_quant_weights(dtype, 9, 512, 3);
+    const auto w = test::make_quant_weights(dtype, 9, 512, 3);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       auto x = make_activations(2, 512, 4);
       x[512 + 300] = bad;  // token 1 only
@@ -300,7 +275,7 @@ TEST(Int8Matmul, NonFiniteActivationsGiveNaN) {
 TEST(Int8Matmul, F32ModeIsTheExactPathAndOtherDtypesIgnoreTheMode) {
   IsaGuard guard;
   ThreadPool pool(1);
-  const auto w = make_quant_weights(DType::kQ4_K, 20, 512, 8);
+  const auto w = test::make_quant_weights(DType::kQ4_K, 20, 512, 8);
   const auto x = make_activations(3, 512, 9);
   for (Isa isa : available_isas()) {
     std::vector<float> direct(60);
@@ -310,11 +285,11 @@ TEST(Int8Matmul, F32ModeIsTheExactPathAndOtherDtypesIgnoreTheMode) {
   const auto f16 = test::make_weights(DType::kF16, 20, 512, 10);
   std::vector<float> a(60), b(60);
   {
-    ModeGuard mode(BlockActivationMode::kF32);
+    test::BlockModeGuard mode(BlockActivationMode::kF32);
     ops::matmul(a.data(), x.data(), f16.view(), 3, pool);
   }
   {
-    ModeGuard mode(BlockActivationMode::kInt8);
+    test::BlockModeGuard mode(BlockActivationMode::kInt8);
     ops::matmul(b.data(), x.data(), f16.view(), 3, pool);
   }
   expect_bits_equal(a, b, "F16");

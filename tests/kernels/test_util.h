@@ -8,6 +8,7 @@
 
 #include "chronos/dtype.h"
 #include "chronos/ops.h"
+#include "chronos/quant.h"
 
 namespace chronos::test {
 
@@ -59,5 +60,34 @@ inline StoredWeights make_weights(DType dtype, int64_t rows, int64_t cols, uint3
 
 // Unit roundoff of f32.
 constexpr double kF32Eps = 1.0 / (1 << 24);
+
+// Sets the block-weight activation mode for a scope and restores the previous one.
+struct BlockModeGuard {
+  explicit BlockModeGuard(ops::BlockActivationMode mode) : saved(ops::block_activation_mode()) {
+    ops::set_block_activation_mode(mode);
+  }
+  ~BlockModeGuard() { ops::set_block_activation_mode(saved); }
+  ops::BlockActivationMode saved;
+};
+
+// A [rows, cols] block-type matrix of random weights and the exact f32 value of every weight it stores.
+struct QuantWeights {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // [rows, cols], dequantized
+
+  WeightView view() const { return {bytes.data(), dtype, rows, cols}; }
+};
+
+inline QuantWeights make_quant_weights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  QuantWeights w{dtype, rows, cols, std::vector<uint8_t>(size_t(rows * dtype_row_bytes(dtype, cols))),
+                 std::vector<float>(size_t(rows * cols))};
+  const auto x = random_floats(rows * cols, seed);
+  quantize_rows(dtype, x.data(), w.bytes.data(), rows, cols);
+  for (int64_t r = 0; r < rows; ++r)
+    dequantize_row(dtype, w.bytes.data() + r * dtype_row_bytes(dtype, cols), w.values.data() + r * cols, cols);
+  return w;
+}
 
 }  // namespace chronos::test
