@@ -50,10 +50,16 @@ struct Avx2Dot {
 }
 
 // The f16 at byte offset `at` of each of 4 blocks, as f32 (exact).
+// Combined in a general register: four 2-byte stores read back as one 8-byte load would miss
+// store-to-load forwarding and stall.
 [[gnu::always_inline]] inline __m128 load_f16x4(const uint8_t* const* blk, int at) {
-  uint16_t h[4];
-  for (int i = 0; i < 4; ++i) std::memcpy(&h[i], blk[i] + at, 2);
-  return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(h)));
+  uint64_t bits = 0;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t h;
+    std::memcpy(&h, blk[i] + at, 2);
+    bits |= uint64_t(h) << (16 * i);
+  }
+  return _mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(bits)));
 }
 
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
@@ -105,6 +111,34 @@ template <class T, DType D>
   return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(isum), acc);
 }
 
+// Q4_K's 12 scale bytes as 16: scales 0-7 then mins 0-7 (quant_layout.h, q4_k_scale_min), in
+// vector lanes (scalar words stored and read back as one vector would stall store forwarding).
+// u0, u1, u2 are the three little-endian words of the 12 bytes; the 16-byte load from the scales
+// stays inside the block (qs follows).
+[[gnu::always_inline]] inline __m128i q4_k_scales_mins(const uint8_t* b) {
+  const __m128i v = load128(b + q4_k::scales);                                  // u0 u1 u2 .
+  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));                   // scales 0-3, mins 0-3
+  const __m128i u2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
+  const __m128i nibbles = _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
+  const __m128i top2 = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));  // (u >> 6 & 3) << 4
+  const __m128i high = _mm_or_si128(nibbles, top2);                              // scales 4-7, mins 4-7
+  return _mm_unpacklo_epi32(low6, high);                                         // s0-3 s4-7 m0-3 m4-7
+}
+
+// Q3_K's 16 signed scales (quant_layout.h, q3_k_scale): byte j = low nibble | top two bits << 4,
+// minus 32. a0, a1, a2 are the three little-endian words of the 12 bytes (read without passing
+// the block's end).
+[[gnu::always_inline]] inline __m128i q3_k_scales(const uint8_t* b) {
+  uint32_t a2;
+  std::memcpy(&a2, b + q3_k::scales + 8, 4);
+  const __m128i a01 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + q3_k::scales));
+  const __m128i a0101 = _mm_unpacklo_epi64(a01, a01);                           // a0 a1 a0 a1
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(a0101, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
+  const __m128i a2v = _mm_set1_epi32(int(a2));
+  const __m128i top = _mm_srlv_epi32(_mm_sllv_epi32(a2v, _mm_setr_epi32(4, 2, 0, 0)), _mm_setr_epi32(0, 0, 0, 2));
+  return _mm_sub_epi8(_mm_or_si128(low, _mm_and_si128(top, _mm_set1_epi8(0x30))), _mm_set1_epi8(32));
+}
+
 // u8 levels u times activations x, 16 pairs, each pair-sum times its group's int16 scale, as 8 int32.
 [[gnu::always_inline]] inline __m256i scaled_dot(__m256i u, __m256i x, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16);
@@ -119,13 +153,7 @@ template <DType D>
   const __m128i bs_lo = load128(a.bsums), bs_hi = load128(a.bsums + 8);
   __m256i acc = _mm256_setzero_si256();
   if constexpr (D == DType::kQ4_K) {
-    uint32_t u[3], sm[4];
-    std::memcpy(u, b + q4_k::scales, 12);
-    sm[0] = u[0] & 0x3f3f3f3f;                                                   // scales 0-3
-    sm[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);            // scales 4-7
-    sm[2] = u[1] & 0x3f3f3f3f;                                                   // mins 0-3
-    sm[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);     // mins 4-7
-    const __m128i packed = load128(sm);
+    const __m128i packed = q4_k_scales_mins(b);
     const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
     const __m128i bs32 = _mm_hadd_epi16(bs_lo, bs_hi);  // sums over the 8 sub-blocks of 32
     *mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed, 8)), bs32);
@@ -152,13 +180,7 @@ template <DType D>
       __m128i sc;
       if constexpr (D == DType::kQ3_K) {
         // Byte j = low nibble | top two bits << 4, minus 32 (quant_layout.h, q3_k_scale).
-        uint32_t a3[3], s[4];
-        std::memcpy(a3, b + q3_k::scales, 12);
-        s[0] = (a3[0] & 0x0f0f0f0f) | ((a3[2] & 0x03030303) << 4);
-        s[1] = (a3[1] & 0x0f0f0f0f) | (((a3[2] >> 2) & 0x03030303) << 4);
-        s[2] = ((a3[0] >> 4) & 0x0f0f0f0f) | (((a3[2] >> 4) & 0x03030303) << 4);
-        s[3] = ((a3[1] >> 4) & 0x0f0f0f0f) | (((a3[2] >> 6) & 0x03030303) << 4);
-        sc = _mm_sub_epi8(load128(s), _mm_set1_epi8(32));
+        sc = q3_k_scales(b);
       } else {
         static_assert(D == DType::kQ6_K);
         sc = load128(b + q6_k::scales);
