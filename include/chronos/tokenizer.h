@@ -22,6 +22,18 @@ namespace tokenizer_detail {
 struct TokenizerImpl;
 }
 
+class GgufFile;
+struct TokenizerFiles {
+  std::string tokenizer_json;
+  std::string tokenizer_config_json;
+};
+// The tokenizer.json / tokenizer_config.json equivalent to a GGUF file's tokenizer.* key-values
+// (Tokenizer::from_json loads them; chronos pack writes them into a pack folder). Models "gpt2"
+// (byte-level BPE; tokenizer.ggml.pre qwen2, olmo, gpt-2, llama-bpe or default) and "llama"
+// (SentencePiece BPE, merges derived from the scores as transformers' converter derives them).
+// Throws chronos::Error naming the file and the key for anything missing, unsupported or out of range.
+TokenizerFiles tokenizer_files_from_gguf(const GgufFile& file);
+
 // Immutable after load and safe to share between threads (the BPE word cache is locked).
 // Copies are cheap: they share the loaded tables.
 class Tokenizer {
@@ -34,6 +46,9 @@ class Tokenizer {
   // tokenizer_config.json; `source` names them in error messages.
   static Tokenizer from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json = {},
                              std::string_view source = "tokenizer.json");
+
+  // The tokenizer of a GGUF file's tokenizer.* key-values (see tokenizer_files_from_gguf).
+  static Tokenizer from_gguf(const GgufFile& file);
 
   // Throws chronos::Error("prompt is not valid UTF-8 (byte offset N)") on invalid UTF-8.
   // add_special_tokens applies tokenizer.json's post_processor (e.g. Mistral's BOS), as HF does;
