@@ -40,6 +40,8 @@ struct GgufVocab {
   std::string chat_template;
 };
 
+bool is_llama3_pre(std::string_view pre) { return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3"; }
+
 std::optional<int32_t> read_token_id(const GgufFile& file, const std::string& key, size_t n_tokens) {
   const auto value = file.get_int(key);
   if (!value) return std::nullopt;
@@ -112,7 +114,7 @@ GgufVocab read_vocab(const GgufFile& file) {
     default_id(v.bos_id, 1, "tokenizer.ggml.bos_token_id");
     default_id(v.eos_id, 2, "tokenizer.ggml.eos_token_id");
   }
-  v.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || v.pre == "llama-bpe");
+  v.add_bos = file.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || is_llama3_pre(v.pre));
   v.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   v.chat_template = file.get_string("tokenizer.chat_template").value_or("");
@@ -192,7 +194,7 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
   if (pre == "qwen2") {
     splits.push_back(split(kQwen2Regex));
     nfc = true;  // Qwen2's tokenizer.json normalizes to NFC
-  } else if (pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3") {
+  } else if (is_llama3_pre(pre)) {
     splits.push_back(split(kLlama3Regex));
   } else if (pre == "olmo") {
     gpt2_regex = nfc = true;  // GPT-NeoX's tokenizer.json, which OLMo and OLMoE use: NFC, GPT-2 regex
@@ -248,7 +250,7 @@ json byte_level_model(const GgufVocab& v) {
   }
   return {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
           {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-          {"ignore_merges", v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3"},
+          {"ignore_merges", is_llama3_pre(v.pre)},
           {"vocab", std::move(vocab)}, {"merges", std::move(merges)}};
 }
 

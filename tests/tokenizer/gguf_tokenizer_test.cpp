@@ -2,6 +2,7 @@
 // same fixture (cases.json), and one clear error per kind of bad metadata.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -31,8 +32,9 @@ std::string shown(const std::string& text) { return text.size() > 80 ? text.subs
 
 std::filesystem::path temp_path(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::filesystem::temp_directory_path() /
-         (std::string("chronos_gguf_tok_") + info->test_suite_name() + "_" + info->name() + "_" + name);
+  auto file = std::string("chronos_gguf_tok_") + info->test_suite_name() + "_" + info->name() + "_" + name;
+  std::replace(file.begin(), file.end(), '/', '_');  // parameterized names hold slashes
+  return std::filesystem::temp_directory_path() / file;
 }
 
 // A key-value-only GGUF v3 writer, enough for tokenizer metadata.
@@ -58,6 +60,7 @@ class KvWriter {
     out.write(reinterpret_cast<const char*>(&n_tensors), 8);
     out.write(reinterpret_cast<const char*>(&n_kv_), 8);
     out.write(body_.data(), static_cast<std::streamsize>(body_.size()));
+    EXPECT_TRUE(out.good()) << "cannot write " << path;
     return path;
   }
 
@@ -89,7 +92,7 @@ Tokenizer load_gguf(const std::filesystem::path& path) { return Tokenizer::from_
 // tokenizer.json the way tools/gguf_vocab.py does (the byte-level path: tokens by id, added tokens
 // as their text, CONTROL when special or "<|...|>", merges as "a b").
 std::filesystem::path write_qwen2_gguf() {
-  const auto path = std::filesystem::temp_directory_path() / "chronos_gguf_tok_qwen2.gguf";
+  const auto path = temp_path("qwen2.gguf");  // per test: ctest may run the cases in parallel
   const auto folder = test::tokenizer_fixture("qwen2");
   const auto root = test::read_json(folder / "tokenizer.json");
   const auto config = test::read_json(folder / "tokenizer_config.json");
