@@ -4,12 +4,28 @@
   .venv/bin/python tools/make_gguf_fixtures.py [--out tests/fixtures/gguf]
 
 reader.gguf: every key-value type and a few tensor types, read back by tests/io/gguf_test.cpp.
+
+MODEL-TYPE.gguf: the tiny checkpoints of tests/fixtures/models/*-f32 converted as llama.cpp's
+convert_hf_to_gguf.py does (its key-values, the gguf package's tensor-name tables, routed experts
+stacked into [n_expert, rows, cols], the llama architecture's Q/K rows permuted, norms and routers
+f32, the tokenizer through tools/gguf_vocab.py). The f32 files hold the checkpoint's own values;
+the f16 and block-typed ones hold the bytes `chronos pack --cluster none --expert-type T
+--dense-type T` writes for the same checkpoint (Chronos's own quantizer, GGUF's block layouts), so
+a test can compare them with that pack exactly. `--chronos` names the binary that makes those packs.
 """
 import argparse
+import json
 import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 import gguf
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import gguf_vocab  # noqa: E402
 
 
 def write_reader_fixture(path: pathlib.Path) -> None:
@@ -50,13 +66,187 @@ def write_reader_fixture(path: pathlib.Path) -> None:
     writer.close()
 
 
+# (block elements, block bytes) of the types a pack can write; the float types per element.
+BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q2_K": (256, 84), "Q3_K": (256, 110),
+          "Q4_K": (256, 144), "Q6_K": (256, 210), "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2)}
+ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
+         "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE}
+# The fixtures: (checkpoint, type). Kept to about 3 MB in all.
+MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
+                  ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k")]
+
+
+def read_safetensors(path: pathlib.Path) -> tuple[dict, dict, bytes]:
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    metadata = header.pop("__metadata__", {}) or {}
+    return header, metadata, data[8 + n:]
+
+
+def tensor_bytes(header: dict, buffer: bytes, name: str) -> bytes:
+    begin, end = header[name]["data_offsets"]
+    return buffer[begin:end]
+
+
+def as_array(raw: bytes, dtype: str, shape: list[int]) -> np.ndarray:
+    """A tensor as numpy: float types as their values, block types as uint8 [rows, row_bytes]."""
+    if dtype == "F32":
+        return np.frombuffer(raw, dtype=np.float32).reshape(shape).copy()
+    if dtype == "F16":
+        return np.frombuffer(raw, dtype=np.float16).reshape(shape).copy()
+    elements, block_bytes = BLOCKS[dtype]
+    assert shape[-1] % elements == 0, (dtype, shape)
+    return np.frombuffer(raw, dtype=np.uint8).reshape(*shape[:-1], shape[-1] // elements * block_bytes).copy()
+
+
+class Checkpoint:
+    """The tensors of a checkpoint folder, or of a pack of it: name -> (array, type name)."""
+
+    def __init__(self, folder: pathlib.Path):
+        header, _, buffer = read_safetensors(folder / "model.safetensors")
+        self.tensors = {name: (as_array(tensor_bytes(header, buffer, name), entry["dtype"], entry["shape"]),
+                               entry["dtype"]) for name, entry in header.items()}
+
+    @staticmethod
+    def from_pack(pack: pathlib.Path, expert_names) -> "Checkpoint":
+        self = Checkpoint.__new__(Checkpoint)
+        self.tensors = {}
+        header, metadata, buffer = read_safetensors(pack / "dense.safetensors")
+        quantized = json.loads(metadata.get("chronos.quantized_tensors", "{}"))
+        for name, entry in header.items():
+            raw = tensor_bytes(header, buffer, name)
+            if name in quantized:
+                self.tensors[name] = (as_array(raw, quantized[name]["dtype"], quantized[name]["shape"]),
+                                      quantized[name]["dtype"])
+            else:
+                self.tensors[name] = (as_array(raw, entry["dtype"], entry["shape"]), entry["dtype"])
+        manifest = json.loads((pack / "cluster_manifest.json").read_text())
+        files = {c["id"]: read_safetensors(pack / c["file"]) for c in manifest["clusters"]}
+        for key, expert in manifest["experts"].items():
+            layer, index = map(int, key.split("."))
+            file_header, _, file_buffer = files[expert["cluster"]]
+            for proj in ("gate", "up", "down"):
+                info = expert["tensors"][proj]
+                raw = tensor_bytes(file_header, file_buffer, f"layers.{layer}.experts.{index}.{proj}")
+                self.tensors[expert_names(layer, index, proj)] = (as_array(raw, info["dtype"], info["shape"]),
+                                                                  info["dtype"])
+        return self
+
+
+def expert_names_of(model_type: str):
+    if model_type == "mixtral":
+        names = {"gate": "w1", "up": "w3", "down": "w2"}
+        return lambda l, e, p: f"model.layers.{l}.block_sparse_moe.experts.{e}.{names[p]}.weight"
+    return lambda l, e, p: f"model.layers.{l}.mlp.experts.{e}.{p}_proj.weight"
+
+
+def permute(rows: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's LlamaModel.permute, on whole rows (float values or a block row's bytes)."""
+    return (rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:])
+            .swapaxes(1, 2).reshape(rows.shape))
+
+
+def ggml_type(type_name: str):
+    return getattr(gguf.GGMLQuantizationType, type_name)
+
+
+def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib.Path, file_type: str) -> None:
+    cfg = json.loads((source / "config.json").read_text())
+    model_type = cfg["model_type"]
+    arch = ARCHS[model_type]
+    n_layer = cfg["num_hidden_layers"]
+    n_head, n_head_kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
+    n_expert = cfg.get("num_local_experts") or cfg.get("num_experts")
+    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_name(f"{source.name} {file_type}")
+    writer.add_context_length(cfg["max_position_embeddings"])
+    writer.add_embedding_length(cfg["hidden_size"])
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(cfg["intermediate_size"])
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_rope_freq_base(cfg.get("rope_parameters", {}).get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    writer.add_expert_count(n_expert)
+    writer.add_expert_used_count(cfg["num_experts_per_tok"])
+    writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15}[file_type])
+    if model_type == "mixtral":
+        writer.add_vocab_size(cfg["vocab_size"])
+        writer.add_rope_dimension_count(head_dim)
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if model_type == "qwen2_moe":
+        writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    if model_type == "qwen3_moe":
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    if model_type == "olmoe" and cfg.get("clip_qkv"):
+        writer.add_clamp_kqv(cfg["clip_qkv"])
+    gguf_vocab.add_vocab(writer, source)
+
+    names = gguf.get_tensor_name_map(arch, n_layer)
+    stacked: dict[str, list] = {}
+    for name in sorted(tensors.tensors, key=lambda n: (n.count("."), n)):
+        array, type_name = tensors.tensors[name]
+        if ".experts." in name:  # routed experts: stacked per layer and projection
+            parts = name.split(".")
+            layer, index = int(parts[2]), int(parts[parts.index("experts") + 1])
+            proj = parts[parts.index("experts") + 2]
+            kind = {"w1": "gate", "w3": "up", "w2": "down"}.get(proj, proj.replace("_proj", ""))
+            stacked.setdefault(f"blk.{layer}.ffn_{kind}_exps.weight", [None] * n_expert)[index] = (array, type_name)
+            continue
+        gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if gguf_name is None and ".mlp." in name and name.endswith("_proj.weight"):
+            # A dense layer of Qwen's mlp_only_layers: llama.cpp's qwen2moe/qwen3moe tables have no
+            # such tensors; they take the dense FFN names every other architecture uses.
+            layer, proj = name.split(".")[2], name.split(".")[-2].replace("_proj", "")
+            gguf_name = f"blk.{layer}.ffn_{proj}.weight"
+        assert gguf_name is not None, name
+        if model_type == "mixtral" and (name.endswith("q_proj.weight") or name.endswith("k_proj.weight")):
+            array = permute(array, n_head if "q_proj" in name else n_head_kv)
+        writer.add_tensor(gguf_name, array, raw_dtype=ggml_type(type_name) if type_name not in ("F32", "F16") else None)
+    for gguf_name in sorted(stacked, key=lambda n: (int(n.split(".")[1]), n)):
+        experts = stacked[gguf_name]
+        type_name = experts[0][1]
+        assert all(t == type_name for _, t in experts), gguf_name
+        array = np.stack([a for a, _ in experts])
+        writer.add_tensor(gguf_name, array, raw_dtype=ggml_type(type_name) if type_name not in ("F32", "F16") else None)
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path) -> None:
+    models = out.parent / "models"
+    with tempfile.TemporaryDirectory() as work:
+        for model_type, file_type in MODEL_FIXTURES:
+            source = models / f"{model_type}-f32"
+            if file_type == "f32":
+                tensors = Checkpoint(source)
+            else:
+                pack = pathlib.Path(work) / f"{model_type}-{file_type}"
+                subprocess.run([str(chronos), "pack", "-m", str(source), "-o", str(pack), "--cluster", "none",
+                                "--expert-type", file_type, "--dense-type", file_type], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                tensors = Checkpoint.from_pack(pack, expert_names_of(model_type))
+                shutil.rmtree(pack)
+            write_model_fixture(source, tensors, out / f"{model_type}-{file_type}.gguf", file_type)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = pathlib.Path(__file__).resolve().parent.parent
     parser.add_argument("--out", type=pathlib.Path, default=root / "tests" / "fixtures" / "gguf")
+    parser.add_argument("--chronos", type=pathlib.Path, default=root / "build" / "release" / "chronos",
+                        help="the chronos binary that writes the quantized packs")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     write_reader_fixture(args.out / "reader.gguf")
+    write_model_fixtures(args.out, args.chronos)
 
 
 if __name__ == "__main__":

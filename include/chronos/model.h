@@ -17,6 +17,7 @@ namespace chronos {
 
 class ThreadPool;
 class Stream;
+struct GgufTensors;
 
 // One SwiGLU FFN: down(silu(gate(x)) * up(x)).
 struct FfnWeights {
@@ -141,6 +142,8 @@ class Model {
  public:
   // Reads config.json and the safetensors of `dir`, checks every tensor against the
   // architecture's table (name, dtype, shape) and binds the weights (memory-mapped, no copy).
+  // `dir` may also be a .gguf file: its key-values make the config and its tensors are bound under
+  // their Hugging Face names (docs/formats.md, GGUF input).
   static std::unique_ptr<Model> load(const std::filesystem::path& dir);
   ~Model();
 
@@ -148,6 +151,9 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const ModelSizes& sizes() const { return sizes_; }
   const TensorStore& tensors() const { return store_; }  // every tensor of the loaded files
+  // Every tensor the model was loaded from, under its Hugging Face name, sorted by name: the
+  // store's, or for a .gguf file its tensors as mapped (a block-typed one has its block dtype).
+  std::vector<const TensorInfo*> all_tensors() const;
 
   // Scratch for up to max_batch tokens per forward step, sized once (the forward allocates nothing).
   struct Scratch;
@@ -179,6 +185,7 @@ class Model {
 
   ModelConfig config_;
   TensorStore store_;
+  std::shared_ptr<const GgufTensors> gguf_;  // a model loaded from one .gguf file
   ModelWeights weights_;
   ModelSizes sizes_;
   bool experts_streamed_ = false;

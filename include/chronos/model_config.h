@@ -5,9 +5,12 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace chronos {
+
+class GgufFile;
 
 enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
 
@@ -61,7 +64,20 @@ struct ModelConfig {
 
   // Reads <dir>/config.json (and generation_config.json for the EOS list). Throws
   // chronos::Error naming the file and the key for anything missing, malformed or unsupported.
+  // A .gguf file instead of a folder: from_gguf of that file.
   static ModelConfig load(const std::filesystem::path& dir);
+  // The text of a config.json; errors are prefixed with `source`.
+  static ModelConfig from_json_text(std::string_view text, const std::string& source);
+  // The config.json equivalent of a GGUF file's key-values (config_json_from_gguf), parsed.
+  static ModelConfig from_gguf(const GgufFile& file);
 };
+
+// The text of the config.json a Hugging Face checkpoint of this GGUF file would have (architecture,
+// sizes, rope, norms, experts, token ids), built from its key-values and tensor directory; what
+// `chronos pack -m FILE.gguf` writes into the pack. Throws Error naming the file and the key.
+std::string config_json_from_gguf(const GgufFile& file);
+
+// True for a path to a regular file named *.gguf (a model given as one GGUF file).
+bool is_gguf_path(const std::filesystem::path& path);
 
 }  // namespace chronos

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/quant_layout.h"
@@ -101,14 +102,37 @@ template <DType D>
   return _mm256_set_m128i(hi, lo);
 }
 
-// One 32-weight block of 4 rows: acc[i] += (d_w[i] * d_x) * float(isum[i]).
-template <class T, DType D>
-[[gnu::always_inline]] inline __m128 step32(__m128 acc, const uint8_t* const* blk, const ActBlock32& a) {
-  const __m256i x = load256(a.qs);
-  const __m128i isum = hsum4(T::dot_s8(levels32<D>(blk[0]), x), T::dot_s8(levels32<D>(blk[1]), x),
-                             T::dot_s8(levels32<D>(blk[2]), x), T::dot_s8(levels32<D>(blk[3]), x));
-  const __m128 dd = _mm_mul_ps(load_f16x4(blk, 0), _mm_set1_ps(a.d));
-  return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(isum), acc);
+// A step computes R rows x T tokens (R * T = 4 results, lane r * T + t): R = 4, T = 1 for decode
+// (four weight streams share each activation load), R = 1, T = 4 for a batch (each weight block's
+// levels and scales are unpacked once for four tokens). Per (row, token) the arithmetic is the
+// same whatever R and T: exact integer sums, then the scalar reference's f32 steps.
+
+// dw: lane r * T + t = the weight factor of row r; dx: that of token t.
+template <int R, int T>
+[[gnu::always_inline]] inline __m128 lane_products(const uint8_t* const* blk, int at, const float* dx) {
+  if constexpr (R == 4) {
+    return _mm_mul_ps(load_f16x4(blk, at), _mm_set1_ps(dx[0]));
+  } else {
+    static_assert(R == 1 && T == 4);
+    return _mm_mul_ps(_mm_set1_ps(read_f16(blk[0] + at)), _mm_loadu_ps(dx));
+  }
+}
+
+// One 32-weight block: acc[lane] += (d_w * d_x) * float(isum[lane]).
+template <class Dot, DType D, int R, int T>
+[[gnu::always_inline]] inline __m128 step32(__m128 acc, const uint8_t* const* blk, const ActBlock32* const* a) {
+  __m256i dots[4];
+  float dx[T];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256i w = levels32<D>(blk[r]);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) dots[r * T + t] = Dot::dot_s8(w, load256(a[t]->qs));
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) dx[t] = a[t]->d;
+  const __m128i isum = hsum4(dots[0], dots[1], dots[2], dots[3]);
+  return _mm_fmadd_ps(lane_products<R, T>(blk, 0, dx), _mm_cvtepi32_ps(isum), acc);
 }
 
 // Q4_K's 12 scale bytes as 16: scales 0-7 then mins 0-7 (quant_layout.h, q4_k_scale_min), in
@@ -144,164 +168,208 @@ template <class T, DType D>
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16);
 }
 
-// One K-type super-block of one row: `scaled` = sum over groups of scale * (levels . x) with the
-// levels as stored (unsigned), `mins` = sum over groups of (min or scale) * sum(x) for the offset.
+// A K-type super-block's integer scales, decoded once per block and row. Chunk k (0..7) is
+// weights [32 k, 32 k + 32); `scales` holds the int16 scales from which chunk_scales picks chunk k's
+// (Q4_K: one sub-block per chunk; the 16-group types: groups 2k and 2k + 1), and m_lo / m_hi the
+// int16 factors of the activation sums: Q4_K the 8 mins (against sums of 32), the others the
+// 16 (Q2_K: mins; Q3_K, Q6_K: the scales again, for the level offset) against sums of 16.
 template <DType D>
-[[gnu::always_inline]] inline void k_row(const uint8_t* b, const ActBlock256& a, __m256i* scaled, __m128i* mins) {
-  const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(0xF);
-  const int8_t* xq = a.qs;
-  const __m128i bs_lo = load128(a.bsums), bs_hi = load128(a.bsums + 8);
-  __m256i acc = _mm256_setzero_si256();
+struct KScales {
+  __m256i lo, hi;  // Q4_K: lo only (8 scales in each lane); else groups 0-7 and 8-15 in each lane
+  __m128i m_lo, m_hi;
+};
+
+template <DType D>
+[[gnu::always_inline]] inline KScales<D> k_scales(const uint8_t* b) {
+  KScales<D> s;
   if constexpr (D == DType::kQ4_K) {
     const __m128i packed = q4_k_scales_mins(b);
-    const __m256i scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
-    const __m128i bs32 = _mm_hadd_epi16(bs_lo, bs_hi);  // sums over the 8 sub-blocks of 32
-    *mins = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(packed, 8)), bs32);
-#pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const __m256i v = load256(b + q4_k::qs + 32 * c);
-      const __m256i lo = _mm256_and_si256(v, m15), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-      acc = _mm256_add_epi32(acc, scaled_dot(lo, load256(xq + 64 * c),
-                                             _mm256_shuffle_epi8(scales, word_broadcast(2 * c, 2 * c))));
-      acc = _mm256_add_epi32(acc, scaled_dot(hi, load256(xq + 64 * c + 32),
-                                             _mm256_shuffle_epi8(scales, word_broadcast(2 * c + 1, 2 * c + 1))));
-    }
+    s.lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
+    s.hi = s.lo;
+    s.m_lo = _mm_cvtepu8_epi16(_mm_srli_si128(packed, 8));
+    s.m_hi = s.m_lo;
+  } else if constexpr (D == DType::kQ2_K) {
+    const __m128i v = load128(b + q2_k::scales), low = _mm_set1_epi8(0xF);
+    const __m128i sc = _mm_and_si128(v, low), mn = _mm_and_si128(_mm_srli_epi16(v, 4), low);
+    s.lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sc));
+    s.hi = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128(sc, 8)));
+    s.m_lo = _mm_cvtepu8_epi16(mn);
+    s.m_hi = _mm_cvtepu8_epi16(_mm_srli_si128(mn, 8));
   } else {
-    // 16 groups of 16: scales (and Q2_K's mins) as int16, groups 0-7 and 8-15.
-    __m128i sc_lo, sc_hi;
-    if constexpr (D == DType::kQ2_K) {
-      const __m128i v = load128(b + q2_k::scales), low = _mm_set1_epi8(0xF);
-      const __m128i sc = _mm_and_si128(v, low), mn = _mm_and_si128(_mm_srli_epi16(v, 4), low);
-      sc_lo = _mm_cvtepu8_epi16(sc);
-      sc_hi = _mm_cvtepu8_epi16(_mm_srli_si128(sc, 8));
-      *mins = _mm_add_epi32(_mm_madd_epi16(_mm_cvtepu8_epi16(mn), bs_lo),
-                            _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(mn, 8)), bs_hi));
-    } else {
-      __m128i sc;
-      if constexpr (D == DType::kQ3_K) {
-        // Byte j = low nibble | top two bits << 4, minus 32 (quant_layout.h, q3_k_scale).
-        sc = q3_k_scales(b);
-      } else {
-        static_assert(D == DType::kQ6_K);
-        sc = load128(b + q6_k::scales);
-      }
-      sc_lo = _mm_cvtepi8_epi16(sc);
-      sc_hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
-      *mins = _mm_add_epi32(_mm_madd_epi16(sc_lo, bs_lo), _mm_madd_epi16(sc_hi, bs_hi));
-    }
-    const __m256i hmask = D == DType::kQ3_K ? load256(b + q3_k::hmask) : _mm256_setzero_si256();
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256i scales = _mm256_broadcastsi128_si256(h == 0 ? sc_lo : sc_hi);
-      __m256i v0, v1 = _mm256_setzero_si256(), qh = _mm256_setzero_si256();
-      if constexpr (D == DType::kQ6_K) {
-        v0 = load256(b + q6_k::ql + 64 * h);
-        v1 = load256(b + q6_k::ql + 64 * h + 32);
-        qh = load256(b + q6_k::qh + 32 * h);
-      } else {
-        v0 = load256(b + (D == DType::kQ2_K ? q2_k::qs : q3_k::qs) + 32 * h);
-      }
-#pragma GCC unroll 4
-      for (int s = 0; s < 4; ++s) {  // weights 128 h + 32 s + [0, 32): groups 8 h + 2 s and + 1
-        __m256i u;
-        if constexpr (D == DType::kQ6_K) {
-          const __m256i ql = s % 2 == 0 ? v0 : v1;
-          const __m256i low = _mm256_and_si256(s < 2 ? ql : _mm256_srli_epi16(ql, 4), m15);
-          const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * s)), m3);
-          u = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-        } else {
-          u = _mm256_and_si256(_mm256_srl_epi16(v0, _mm_cvtsi32_si128(2 * s)), m3);
-          if constexpr (D == DType::kQ3_K) {
-            const __m256i high =
-                _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(4 * h + s)), _mm256_set1_epi8(1));
-            u = _mm256_or_si256(u, _mm256_slli_epi16(high, 2));
-          }
-        }
-        const __m256i pair_scales = _mm256_shuffle_epi8(scales, word_broadcast(2 * s, 2 * s + 1));
-        acc = _mm256_add_epi32(acc, scaled_dot(u, load256(xq + 128 * h + 32 * s), pair_scales));
-      }
-    }
+    static_assert(D == DType::kQ3_K || D == DType::kQ6_K);
+    const __m128i sc = D == DType::kQ3_K ? q3_k_scales(b) : load128(b + q6_k::scales);
+    s.m_lo = _mm_cvtepi8_epi16(sc);
+    s.m_hi = _mm_cvtepi8_epi16(_mm_srli_si128(sc, 8));
+    s.lo = _mm256_broadcastsi128_si256(s.m_lo);
+    s.hi = _mm256_broadcastsi128_si256(s.m_hi);
   }
-  *scaled = acc;
+  return s;
 }
 
-// One K-type super-block of 4 rows (see matmul_rows_int8_scalar for the f32 step of each type).
+// Chunk k's scales, one int16 per 16-bit lane (the group of the lane's byte pair).
 template <DType D>
-[[gnu::always_inline]] inline __m128 step256(__m128 acc, const uint8_t* const* blk, const ActBlock256& a) {
+[[gnu::always_inline]] inline __m256i chunk_scales(const KScales<D>& s, int k) {
+  if constexpr (D == DType::kQ4_K) return _mm256_shuffle_epi8(s.lo, word_broadcast(k, k));
+  const int pair = k % 4;  // groups 8 h + 2 pair and + 1, h = k / 4
+  return _mm256_shuffle_epi8(k < 4 ? s.lo : s.hi, word_broadcast(2 * pair, 2 * pair + 1));
+}
+
+// Chunk k's 32 levels as stored (unsigned: Q3_K and Q6_K with their offset 4 and 32).
+template <DType D>
+[[gnu::always_inline]] inline __m256i chunk_levels(const uint8_t* b, int k) {
+  const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(0xF);
+  if constexpr (D == DType::kQ4_K) {
+    // Weights 64 c + l and 64 c + 32 + l: low and high nibble of qs[32 c + l], c = k / 2.
+    const __m256i v = load256(b + q4_k::qs + 32 * (k / 2));
+    return k % 2 == 0 ? _mm256_and_si256(v, m15) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+  } else {
+    const int h = k / 4, s = k % 4;  // weights 128 h + 32 s + [0, 32)
+    if constexpr (D == DType::kQ6_K) {
+      const __m256i ql = load256(b + q6_k::ql + 64 * h + 32 * (s % 2));
+      const __m256i low = _mm256_and_si256(s < 2 ? ql : _mm256_srli_epi16(ql, 4), m15);
+      const __m256i high = _mm256_and_si256(_mm256_srl_epi16(load256(b + q6_k::qh + 32 * h), _mm_cvtsi32_si128(2 * s)), m3);
+      return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+    } else {
+      const __m256i v = load256(b + (D == DType::kQ2_K ? q2_k::qs : q3_k::qs) + 32 * h);
+      __m256i u = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * s)), m3);
+      if constexpr (D == DType::kQ3_K) {
+        const __m256i high = _mm256_and_si256(_mm256_srl_epi16(load256(b + q3_k::hmask), _mm_cvtsi32_si128(k)),
+                                              _mm256_set1_epi8(1));
+        u = _mm256_or_si256(u, _mm256_slli_epi16(high, 2));
+      }
+      return u;
+    }
+  }
+}
+
+// One K-type super-block (see matmul_rows_int8_scalar for the f32 step of each type). Per (row,
+// token): scaled = sum over groups of scale * (levels . x) with the levels as stored, mins = sum over
+// groups of (min or scale) * sum(x); Q3_K and Q6_K fold the offset in: isum = scaled - offset * mins.
+template <DType D, int R, int T>
+[[gnu::always_inline]] inline __m128 step256(__m128 acc, const uint8_t* const* blk, const ActBlock256* const* a) {
   __m256i scaled[4];
   __m128i mins[4];
+  __m128i bs_a[T], bs_b[T];
+  float dx[T];
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) k_row<D>(blk[i], a, &scaled[i], &mins[i]);
-  const __m128i s = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
-  const __m128i m = hsum4(mins[0], mins[1], mins[2], mins[3]);
-  const __m128 dx = _mm_set1_ps(a.d);
+  for (int t = 0; t < T; ++t) {
+    dx[t] = a[t]->d;
+    bs_a[t] = load128(a[t]->bsums);
+    bs_b[t] = load128(a[t]->bsums + 8);
+    if constexpr (D == DType::kQ4_K) bs_a[t] = _mm_hadd_epi16(bs_a[t], bs_b[t]);  // sums over the 8 sub-blocks of 32
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const KScales<D> s = k_scales<D>(blk[r]);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      scaled[r * T + t] = _mm256_setzero_si256();
+      mins[r * T + t] = D == DType::kQ4_K ? _mm_madd_epi16(s.m_lo, bs_a[t])
+                                          : _mm_add_epi32(_mm_madd_epi16(s.m_lo, bs_a[t]), _mm_madd_epi16(s.m_hi, bs_b[t]));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i u = chunk_levels<D>(blk[r], k), sc = chunk_scales<D>(s, k);
+#pragma GCC unroll 4
+      for (int t = 0; t < T; ++t)
+        scaled[r * T + t] = _mm256_add_epi32(scaled[r * T + t], scaled_dot(u, load256(a[t]->qs + 32 * k), sc));
+    }
+  }
   if constexpr (D == DType::kQ4_K || D == DType::kQ2_K) {
     constexpr int d_at = D == DType::kQ4_K ? q4_k::d : q2_k::d, dmin_at = D == DType::kQ4_K ? q4_k::dmin : q2_k::dmin;
-    const __m128 dd = _mm_mul_ps(load_f16x4(blk, d_at), dx), dm = _mm_mul_ps(load_f16x4(blk, dmin_at), dx);
+    const __m128i s = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
+    const __m128i m = hsum4(mins[0], mins[1], mins[2], mins[3]);
+    const __m128 dd = lane_products<R, T>(blk, d_at, dx), dm = lane_products<R, T>(blk, dmin_at, dx);
     return _mm_fnmadd_ps(dm, _mm_cvtepi32_ps(m), _mm_fmadd_ps(dd, _mm_cvtepi32_ps(s), acc));
   } else {
     // Levels are stored with an offset (Q3_K: 4, Q6_K: 32): the signed dot is scaled - offset * mins.
     constexpr int offset_log2 = D == DType::kQ3_K ? 2 : 5, d_at = D == DType::kQ3_K ? q3_k::d : q6_k::d;
-    const __m128i isum = _mm_sub_epi32(s, _mm_slli_epi32(m, offset_log2));
-    return _mm_fmadd_ps(_mm_mul_ps(load_f16x4(blk, d_at), dx), _mm_cvtepi32_ps(isum), acc);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i)
+      scaled[i] = _mm256_sub_epi32(scaled[i], _mm256_zextsi128_si256(_mm_slli_epi32(mins[i], offset_log2)));
+    const __m128i isum = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
+    return _mm_fmadd_ps(lane_products<R, T>(blk, d_at, dx), _mm_cvtepi32_ps(isum), acc);
   }
 }
 
-// out[i] = rows[i] . one token's activation blocks, for 4 rows anywhere in memory.
-template <class T, DType D>
-inline void dot4_int8(float* out, const uint8_t* const* rows, const uint8_t* xq, int64_t n_blocks) {
-  constexpr int64_t kBlockBytes = D == DType::kQ8_0   ? 34
-                                  : D == DType::kQ4_0 ? 18
-                                  : D == DType::kQ5_0 ? 22
-                                  : D == DType::kQ2_K ? 84
-                                  : D == DType::kQ3_K ? 110
-                                  : D == DType::kQ4_K ? 144
-                                                      : 210;
+template <DType D>
+constexpr int64_t block_bytes_of() {
+  return D == DType::kQ8_0   ? 34
+         : D == DType::kQ4_0 ? 18
+         : D == DType::kQ5_0 ? 22
+         : D == DType::kQ2_K ? 84
+         : D == DType::kQ3_K ? 110
+         : D == DType::kQ4_K ? 144
+                             : 210;
+}
+
+// out[r * T + t] = rows[r] . acts[t] (activation blocks of one token each), R * T = 4.
+template <class Dot, DType D, int R, int T>
+inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* const* acts, int64_t n_blocks) {
+  constexpr int64_t kBlockBytes = block_bytes_of<D>();
+  using Act = std::conditional_t<block_elements_of(D) == 32, ActBlock32, ActBlock256>;
   __m128 acc = _mm_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const uint8_t* blk[4];
+    const uint8_t* blk[R];
+    const Act* a[T];
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < R; ++i) {
       blk[i] = rows[i] + b * kBlockBytes;
       _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(blk[i]) + kInt8PrefetchBytes),
                    _MM_HINT_T0);
     }
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) a[t] = reinterpret_cast<const Act*>(acts[t]) + b;
     if constexpr (block_elements_of(D) == 32)
-      acc = step32<T, D>(acc, blk, reinterpret_cast<const ActBlock32*>(xq)[b]);
+      acc = step32<Dot, D, R, T>(acc, blk, a);
     else
-      acc = step256<D>(acc, blk, reinterpret_cast<const ActBlock256*>(xq)[b]);
+      acc = step256<D, R, T>(acc, blk, a);
   }
   _mm_storeu_ps(out, acc);
 }
 
 // Rows [row_begin, row_end) for n_tokens tokens. One token: 4 row streams over 4 contiguous slices
-// (as matvec_block_rows); more: groups of 4 adjacent rows, each reused by a panel of tokens. A
-// group short of 4 rows repeats its first row and drops the extra results.
-template <class T, DType D>
+// (as matvec_block_rows). More: per panel of tokens, each row once per 4 tokens (its blocks stay in
+// L1 across the panel), the tokens left over (fewer than 4) in groups of 4 adjacent rows. A group
+// short of 4 rows repeats its first row and drops the extra results.
+template <class Dot, DType D>
 void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols, int64_t n_tokens,
                       int64_t row_begin, int64_t row_end) {
   const int64_t row_bytes = dtype_row_bytes(D, cols), act_bytes = activation_row_bytes(D, cols);
   const int64_t n_blocks = cols / block_elements_of(D);
   const uint8_t* group[4];
+  const uint8_t* acts[4];
   float out[4];
   if (n_tokens == 1) {
     const int64_t slice = (row_end - row_begin) / 4;
+    acts[0] = xq;
     for (int64_t k = 0; k < slice; ++k) {
       for (int i = 0; i < 4; ++i) group[i] = w + (row_begin + i * slice + k) * row_bytes;
-      dot4_int8<T, D>(out, group, xq, n_blocks);
+      dot_rt_int8<Dot, D, 4, 1>(out, group, acts, n_blocks);
       for (int i = 0; i < 4; ++i) y[row_begin + i * slice + k] = out[i];
     }
     row_begin += 4 * slice;
   }
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += kInt8TokenPanel) {
-    const int64_t t_end = n_tokens - t0 < kInt8TokenPanel ? n_tokens : t0 + kInt8TokenPanel;
-    for (int64_t r = row_begin; r < row_end; r += 4) {
-      const int n_rows = row_end - r < 4 ? int(row_end - r) : 4;
-      for (int i = 0; i < 4; ++i) group[i] = w + (r + (i < n_rows ? i : 0)) * row_bytes;
-      for (int64_t t = t0; t < t_end; ++t) {
-        dot4_int8<T, D>(out, group, xq + t * act_bytes, n_blocks);
-        for (int i = 0; i < n_rows; ++i) y[t * rows + r + i] = out[i];
+  const int64_t batched = n_tokens / 4 * 4;
+  for (int64_t t0 = 0; t0 < batched; t0 += kInt8TokenPanel) {
+    const int64_t t_end = batched - t0 < kInt8TokenPanel ? batched : t0 + kInt8TokenPanel;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      group[0] = w + r * row_bytes;
+      for (int64_t t = t0; t < t_end; t += 4) {
+        for (int i = 0; i < 4; ++i) acts[i] = xq + (t + i) * act_bytes;
+        dot_rt_int8<Dot, D, 1, 4>(out, group, acts, n_blocks);
+        for (int i = 0; i < 4; ++i) y[(t + i) * rows + r] = out[i];
       }
+    }
+  }
+  if (batched == n_tokens) return;
+  for (int64_t r = row_begin; r < row_end; r += 4) {
+    const int n_rows = row_end - r < 4 ? int(row_end - r) : 4;
+    for (int i = 0; i < 4; ++i) group[i] = w + (r + (i < n_rows ? i : 0)) * row_bytes;
+    for (int64_t t = batched; t < n_tokens; ++t) {
+      acts[0] = xq + t * act_bytes;
+      dot_rt_int8<Dot, D, 4, 1>(out, group, acts, n_blocks);
+      for (int i = 0; i < n_rows; ++i) y[t * rows + r + i] = out[i];
     }
   }
 }

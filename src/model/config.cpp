@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "chronos/error.h"
+#include "chronos/gguf.h"
 #include "chronos/model_config.h"
 #include "model/arch/arch.h"
 
@@ -177,13 +178,12 @@ int64_t ModelConfig::n_moe_layers() const {
 
 const char* ModelConfig::arch_name() const { return arch_spec(arch).name; }
 
-ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir))
-    throw_error("{}: model folder does not exist or is not a folder", dir.string());
-  const auto path = dir / "config.json";
-  const json j = read_json_file(path);
+namespace {
+
+// Everything config.json states; throws Error (without the file name) for anything wrong.
+ModelConfig parse_config(const json& j) {
   ModelConfig cfg;
-  try {
+  {
     if (!j.is_object()) throw_error("expected a JSON object");
     if (!j.contains("model_type") || !j["model_type"].is_string()) throw_error("missing key 'model_type'");
     cfg.model_type = j["model_type"].get<std::string>();
@@ -222,6 +222,37 @@ ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
     }
     if (j.contains("eos_token_id")) cfg.eos_token_ids = read_token_ids(j["eos_token_id"], "eos_token_id");
     validate(cfg);
+  }
+  return cfg;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json_text(std::string_view text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    throw_error("{}: not valid JSON: {}", source, e.what());
+  }
+  try {
+    return parse_config(j);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
+}
+
+ModelConfig ModelConfig::load(const std::filesystem::path& dir) {
+  if (is_gguf_path(dir)) return from_gguf(*GgufFile::open(dir));
+  if (!std::filesystem::is_directory(dir))
+    throw_error("{}: model folder does not exist or is not a folder", dir.string());
+  const auto path = dir / "config.json";
+  const json j = read_json_file(path);
+  ModelConfig cfg;
+  try {
+    cfg = parse_config(j);
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", path.string(), e.what()));
   } catch (const json::exception& e) {

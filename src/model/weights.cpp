@@ -7,9 +7,11 @@
 #include <set>
 
 #include "chronos/error.h"
+#include "chronos/gguf.h"
 #include "chronos/model.h"
 #include "chronos/pack_format.h"
 #include "model/arch/arch.h"
+#include "model/gguf_tensors.h"
 
 namespace chronos {
 namespace {
@@ -129,17 +131,32 @@ KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx)
 
 Model::~Model() = default;
 
+std::vector<const TensorInfo*> Model::all_tensors() const { return gguf_ ? gguf_->all() : store_.all(); }
+
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   std::unique_ptr<Model> model(new Model());
-  model->config_ = ModelConfig::load(dir);
+  // A .gguf file: the config from its key-values, its tensors under the HF names (gguf_tensors.h).
+  const bool gguf = is_gguf_path(dir);
+  if (gguf) {
+    auto file = GgufFile::open(dir);
+    model->config_ = ModelConfig::from_gguf(*file);
+    model->gguf_ = map_gguf_tensors(std::move(file), model->config_);
+  } else {
+    model->config_ = ModelConfig::load(dir);
+  }
   const ModelConfig& c = model->config_;
   // A pack folder (chronos pack) holds the dense tensors in dense.safetensors and the routed
   // experts in .ctsr cluster files that an ExpertProvider streams; a checkpoint holds everything.
-  const bool pack = std::filesystem::exists(dir / "cluster_manifest.json");
+  const bool pack = !gguf && std::filesystem::exists(dir / "cluster_manifest.json");
   model->experts_streamed_ = pack;
-  model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
+  if (!gguf) model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
   const TensorStore& store = model->store_;
-  const auto quantized = read_quantized_tensors(store, (dir / "dense.safetensors").string());
+  const GgufTensors* gguf_tensors = model->gguf_.get();
+  const auto find = [&](std::string_view name) {
+    return gguf_tensors != nullptr ? gguf_tensors->find(name) : store.find(name);
+  };
+  const auto quantized = gguf ? std::map<std::string, QuantizedTensor, std::less<>>{}
+                              : read_quantized_tensors(store, (dir / "dense.safetensors").string());
   ModelSizes& sizes = model->sizes_;
   if (pack) {  // the routed experts' type and bytes from the manifest (the one manifest reader)
     const PackManifest manifest = PackManifest::parse(dir);
@@ -168,17 +185,24 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
       sizes.expert_params += n_elements;
       continue;
     }
-    const TensorInfo* t = store.find(spec.name);
+    const TensorInfo* t = find(spec.name);
     if (t == nullptr) throw_error("{}: tensor {} is missing ({} expects it)", dir.string(), spec.name, c.arch_name());
+    // A block-quantized matrix: its logical type and shape from the pack's metadata, or a GGUF
+    // tensor's own block type.
     const auto q = quantized.find(spec.name);
-    if (q != quantized.end()) {  // a block-quantized matrix: its logical type and shape
-      if (is_vector_role(spec.role) || spec.shape.size() != 2 || q->second.shape != spec.shape)
+    std::optional<QuantizedTensor> block;
+    if (q != quantized.end()) block = q->second;
+    else if (dtype_is_block(t->dtype)) block = QuantizedTensor{t->dtype, t->shape};
+    if (block) {
+      if (is_vector_role(spec.role) || spec.shape.size() != 2 || block->shape != spec.shape)
         throw_error("{}: tensor {}: quantized as {} [{}], expected a matrix [{}]", t->file, spec.name,
-                    dtype_name(q->second.dtype), fmt::join(q->second.shape, ","), fmt::join(spec.shape, ","));
+                    dtype_name(block->dtype), fmt::join(block->shape, ","), fmt::join(spec.shape, ","));
       used.insert(spec.name);
-      sizes.dense_params += spec.shape[0] * spec.shape[1];
-      sizes.dense_bytes += t->n_bytes;
-      const WeightView view{t->data, q->second.dtype, spec.shape[0], spec.shape[1]};
+      const bool routed = spec.expert >= 0;
+      (routed ? sizes.expert_params : sizes.dense_params) += spec.shape[0] * spec.shape[1];
+      (routed ? sizes.expert_bytes : sizes.dense_bytes) += t->n_bytes;
+      if (routed) sizes.expert_dtype = block->dtype;
+      const WeightView view{t->data, block->dtype, spec.shape[0], spec.shape[1]};
       if (spec.layer < 0) (spec.role == TensorRole::kTokenEmbd ? w.tok_embd : w.output) = view;
       else matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
       continue;
@@ -210,10 +234,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   }
   if (c.tie_word_embeddings) {
     w.output = w.tok_embd;
-    if (store.find("lm_head.weight") != nullptr) used.insert("lm_head.weight");
+    if (find("lm_head.weight") != nullptr) used.insert("lm_head.weight");
   }
   int64_t n_unused = 0;
-  for (const TensorInfo* t : store.all()) {
+  for (const TensorInfo* t : model->all_tensors()) {
     if (used.count(t->name) == 0) {
       if (n_unused++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", t->file, t->name, c.arch_name());
     }

@@ -1,0 +1,190 @@
+// map_gguf_tensors: llama.cpp's tensor names (gguf-py's tensor_mapping.py) back to the Hugging
+// Face names of src/model/arch/, one table for the four architectures.
+#include "model/gguf_tensors.h"
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "chronos/error.h"
+#include "chronos/ops.h"
+
+namespace chronos {
+namespace {
+
+// Per-layer tensors: GGUF suffix -> HF suffix after "model.layers.N.".
+struct LayerName {
+  const char* gguf;
+  const char* hf;
+};
+constexpr LayerName kLayerNames[] = {
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},  // dense layers (Qwen's mlp_only_layers)
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
+// "blk.12.attn_q.weight" -> (12, "attn_q.weight"); false for other names.
+bool split_layer_name(std::string_view name, int64_t& layer, std::string_view& rest) {
+  if (name.substr(0, 4) != "blk.") return false;
+  size_t i = 4;
+  layer = 0;
+  while (i < name.size() && i < 12 && name[i] >= '0' && name[i] <= '9') layer = layer * 10 + (name[i++] - '0');
+  if (i == 4 || i >= name.size() || name[i] != '.') return false;
+  rest = name.substr(i + 1);
+  return true;
+}
+
+// llama.cpp's converter stores the Q and K rows of the llama architecture with each head's two
+// rotary halves interleaved (LlamaModel.permute: reshape(n_head, 2, head_dim / 2, cols), swap the
+// two middle axes). Chronos rotates halves as transformers does, so the HF row order is restored:
+// HF row h*hd + i*hd/2 + j is GGUF row h*hd + 2*j + i.
+std::vector<std::byte> unpermute_rows(const GgufTensor& t, int64_t n_head) {
+  const int64_t rows = t.shape[0];
+  const int64_t row_bytes = t.n_bytes / rows;
+  const int64_t head_dim = rows / n_head;
+  std::vector<std::byte> out(size_t(t.n_bytes));
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t j = 0; j < head_dim / 2; ++j) {
+        const int64_t hf_row = h * head_dim + i * head_dim / 2 + j;
+        const int64_t gguf_row = h * head_dim + 2 * j + i;
+        std::memcpy(out.data() + hf_row * row_bytes, t.data + gguf_row * row_bytes, size_t(row_bytes));
+      }
+  return out;
+}
+
+}  // namespace
+
+std::vector<const TensorInfo*> GgufTensors::all() const {
+  std::vector<const TensorInfo*> out;
+  out.reserve(by_name.size());
+  for (const auto& [name, tensor] : by_name) out.push_back(tensor);
+  return out;
+}
+
+std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> file, const ModelConfig& c) {
+  auto out = std::make_shared<GgufTensors>();
+  const std::string path = file->path().string();
+  const bool llama = c.arch == Arch::kMixtral;
+  const std::string router = llama ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
+  const std::string experts = llama ? "block_sparse_moe.experts" : "mlp.experts";
+  const char* const expert_proj[3] = {llama ? "w1" : "gate_proj", llama ? "w3" : "up_proj",
+                                      llama ? "w2" : "down_proj"};
+
+  const auto add = [&](const GgufTensor& t, std::string hf_name, std::vector<int64_t> shape, const std::byte* data,
+                       int64_t n_bytes, DType dtype) {
+    TensorInfo info;
+    info.name = std::move(hf_name);
+    info.dtype = dtype;
+    info.shape = std::move(shape);
+    info.data = data;
+    info.n_bytes = n_bytes;
+    info.file_offset = t.file_offset + (data - t.data);
+    info.file = path;
+    if (out->by_name.count(info.name))
+      throw_error("{}: tensor {}: maps to {}, which another tensor already gives", path, t.name, info.name);
+    out->tensors.push_back(std::move(info));
+    out->by_name.emplace(out->tensors.back().name, &out->tensors.back());
+  };
+  const auto add_whole = [&](const GgufTensor& t, std::string hf_name) {
+    add(t, std::move(hf_name), t.shape, t.data, t.n_bytes, t.dtype);
+  };
+  // A copy owned by the model (rows restored or widened); file_offset still names the source.
+  const auto add_owned = [&](const GgufTensor& t, std::string hf_name, std::vector<int64_t> shape,
+                             std::vector<std::byte> bytes, DType dtype) {
+    out->owned.push_back(std::move(bytes));
+    const auto& owned = out->owned.back();
+    add(t, std::move(hf_name), std::move(shape), owned.data(), int64_t(owned.size()), dtype);
+    out->tensors.back().file_offset = t.file_offset;
+  };
+  const auto as_f32 = [&](const GgufTensor& t, std::vector<int64_t> shape) {
+    const int64_t cols = shape.back();
+    const int64_t rows = t.shape.size() == 1 ? 1 : t.shape[0];
+    std::vector<std::byte> bytes(size_t(rows * cols) * sizeof(float));
+    const WeightView w{t.data, t.dtype, rows, cols};
+    for (int64_t r = 0; r < rows; ++r) ops::weight_row_to_f32(reinterpret_cast<float*>(bytes.data()) + r * cols, w, r);
+    return bytes;
+  };
+
+  int n_unknown = 0;
+  for (const GgufTensor& t : file->tensors()) {
+    if (t.name == "token_embd.weight") { add_whole(t, "model.embed_tokens.weight"); continue; }
+    if (t.name == "output_norm.weight") { add_whole(t, "model.norm.weight"); continue; }
+    if (t.name == "output.weight") { add_whole(t, "lm_head.weight"); continue; }
+    int64_t il = 0;
+    std::string_view rest;
+    if (!split_layer_name(t.name, il, rest) || il >= c.n_layer) {
+      if (n_unknown++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", path, t.name, c.arch_name());
+      continue;
+    }
+    const std::string prefix = fmt::format("model.layers.{}.", il);
+
+    if (rest == "ffn_gate_exps.weight" || rest == "ffn_up_exps.weight" || rest == "ffn_down_exps.weight") {
+      const int proj = rest == "ffn_gate_exps.weight" ? 0 : rest == "ffn_up_exps.weight" ? 1 : 2;
+      if (t.shape.size() != 3 || t.shape[0] != c.n_expert)
+        throw_error("{}: tensor {}: shape [{}], expected [{}, rows, cols] (one matrix per expert)", path, t.name,
+                    fmt::join(t.shape, ", "), c.n_expert);
+      const int64_t expert_bytes = t.n_bytes / c.n_expert;  // each expert's slice is contiguous
+      for (int64_t e = 0; e < c.n_expert; ++e)
+        add(t, fmt::format("{}{}.{}.{}.weight", prefix, experts, e, expert_proj[proj]), {t.shape[1], t.shape[2]},
+            t.data + e * expert_bytes, expert_bytes, t.dtype);
+      continue;
+    }
+    if (rest == "ffn_gate_inp.weight") {  // the router, f32 as the reference keeps it
+      if (t.shape.size() != 2)
+        throw_error("{}: tensor {}: shape [{}], expected [{}, {}]", path, t.name, fmt::join(t.shape, ", "),
+                    c.n_expert, c.n_embd);
+      if (t.dtype == DType::kF32) add_whole(t, prefix + router);
+      else add_owned(t, prefix + router, t.shape, as_f32(t, t.shape), DType::kF32);
+      continue;
+    }
+    if (rest == "ffn_gate_inp_shexp.weight") {  // [n_embd] or [1, n_embd] in GGUF; [1, n_embd] in HF
+      if (t.shape.size() > 2 || (t.shape.size() == 2 && t.shape[0] != 1))
+        throw_error("{}: tensor {}: shape [{}], expected [{}]", path, t.name, fmt::join(t.shape, ", "), c.n_embd);
+      const std::vector<int64_t> shape = {1, t.shape.back()};
+      add_owned(t, prefix + "mlp.shared_expert_gate.weight", shape, as_f32(t, shape), DType::kF32);
+      continue;
+    }
+    const auto it = std::find_if(std::begin(kLayerNames), std::end(kLayerNames),
+                                 [&](const LayerName& n) { return rest == n.gguf; });
+    if (it == std::end(kLayerNames)) {
+      if (n_unknown++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", path, t.name, c.arch_name());
+      continue;
+    }
+    const bool q = rest == "attn_q.weight" || rest == "attn_q.bias";
+    const bool k = rest == "attn_k.weight" || rest == "attn_k.bias";
+    if (llama && (q || k)) {
+      const int64_t n_head = q ? c.n_head : c.n_head_kv;
+      const int64_t rows = t.shape[0];
+      if (t.shape.size() > 2 || rows != n_head * c.head_dim || c.head_dim % 2 != 0)
+        throw_error("{}: tensor {}: shape [{}], expected {} rows ({} heads of {})", path, t.name,
+                    fmt::join(t.shape, ", "), n_head * c.head_dim, n_head, c.head_dim);
+      GgufTensor rows_view = t;
+      if (t.shape.size() == 1) rows_view.shape = {t.shape[0], 1};  // a bias: one element per row
+      add_owned(t, prefix + it->hf, t.shape, unpermute_rows(rows_view, n_head), t.dtype);
+      continue;
+    }
+    add_whole(t, prefix + it->hf);
+  }
+  out->file = std::move(file);
+  return out;
+}
+
+}  // namespace chronos

@@ -1,0 +1,232 @@
+// Models from GGUF files: Chronos on each fixture of tests/fixtures/gguf (tools/make_gguf_fixtures.py)
+// against Chronos on the safetensors checkpoint it was converted from — the same logits, bit for bit
+// where the weights are the same values; the config built from the key-values; the Q/K rows of the
+// llama architecture restored; bad files refused with the tensor or key named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "chronos/error.h"
+#include "chronos/gguf.h"
+#include "chronos/model.h"
+#include "chronos/model_runner.h"
+#include "chronos/safetensors.h"
+#include "chronos/thread_pool.h"
+
+namespace chronos {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kFixtures = CHRONOS_TEST_DATA_DIR;
+fs::path gguf_fixture(const std::string& name) { return kFixtures / "gguf" / (name + ".gguf"); }
+fs::path checkpoint(const std::string& name) { return kFixtures / "models" / name; }
+
+// All-position logits of a fixed prompt, on the exact (f32-activation) path.
+std::vector<float> logits(const Model& model, int64_t n_tokens = 10) {
+  const ModelConfig& c = model.config();
+  ThreadPool pool(1);
+  auto runner = make_cpu_runner(model, pool, 64, 8, {});
+  std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
+  for (int64_t i = 0; i < n_tokens; ++i) prompt[size_t(i)] = int32_t((i * 53 + 7) % c.n_vocab);
+  std::vector<float> out(size_t(n_tokens * c.n_vocab));
+  runner->forward(prompt, 0, out.data(), true);
+  return out;
+}
+
+void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.n_embd, b.n_embd);
+  EXPECT_EQ(a.n_layer, b.n_layer);
+  EXPECT_EQ(a.n_head, b.n_head);
+  EXPECT_EQ(a.n_head_kv, b.n_head_kv);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.n_vocab, b.n_vocab);
+  EXPECT_EQ(a.n_ctx_train, b.n_ctx_train);
+  EXPECT_EQ(a.n_expert, b.n_expert);
+  EXPECT_EQ(a.n_expert_used, b.n_expert_used);
+  EXPECT_EQ(a.n_ff_expert, b.n_ff_expert);
+  EXPECT_EQ(a.n_ff_shared, b.n_ff_shared);
+  EXPECT_EQ(a.n_ff_dense, b.n_ff_dense);
+  EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
+  EXPECT_EQ(a.shared_expert_gated, b.shared_expert_gated);
+  EXPECT_EQ(a.layer_is_moe, b.layer_is_moe);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.n_rot, b.n_rot);
+  EXPECT_EQ(a.attn_qkv_bias, b.attn_qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+}
+
+class GgufModel : public ::testing::TestWithParam<std::string> {};
+
+// f32 files hold the checkpoint's values: every logit equal.
+TEST_P(GgufModel, F32LogitsEqualTheSafetensorsCheckpoint) {
+  const auto gguf = Model::load(gguf_fixture(GetParam() + "-f32"));
+  const auto reference = Model::load(checkpoint(GetParam() + "-f32"));
+  expect_same_config(gguf->config(), reference->config());
+  EXPECT_EQ(ModelConfig::load(gguf_fixture(GetParam() + "-f32")).n_layer, reference->config().n_layer);
+  EXPECT_EQ(gguf->sizes().expert_bytes, reference->sizes().expert_bytes);
+  EXPECT_EQ(gguf->sizes().dense_bytes, reference->sizes().dense_bytes);
+  const auto a = logits(*gguf);
+  const auto b = logits(*reference);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "logit " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GgufModel, ::testing::Values("mixtral", "qwen2_moe"));
+
+// The un-permuted Q/K rows of the llama architecture are the checkpoint's rows, byte for byte; the
+// stacked experts are views of the file, split per expert.
+TEST(GgufModelWeights, LlamaQkRowsRestoredAndExpertsSplit) {
+  const auto gguf = Model::load(gguf_fixture("mixtral-f32"));
+  const auto reference = Model::load(checkpoint("mixtral-f32"));
+  const ModelWeights& a = gguf->weights();
+  const ModelWeights& b = reference->weights();
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  const auto same = [](const WeightView& x, const WeightView& y) {
+    return x.dtype == y.dtype && x.rows == y.rows && x.cols == y.cols &&
+           std::memcmp(x.data, y.data, size_t(x.rows * x.cols) * sizeof(float)) == 0;
+  };
+  for (size_t il = 0; il < a.layers.size(); ++il) {
+    EXPECT_TRUE(same(a.layers[il].wq, b.layers[il].wq)) << il;
+    EXPECT_TRUE(same(a.layers[il].wk, b.layers[il].wk)) << il;
+    EXPECT_TRUE(same(a.layers[il].router, b.layers[il].router)) << il;
+    for (size_t e = 0; e < b.layers[il].experts.size(); ++e) {
+      EXPECT_TRUE(same(a.layers[il].experts[e].gate, b.layers[il].experts[e].gate)) << il << " " << e;
+      EXPECT_TRUE(same(a.layers[il].experts[e].down, b.layers[il].experts[e].down)) << il << " " << e;
+    }
+  }
+  // The file's Q rows are permuted (else the restore above would prove nothing).
+  const auto file = GgufFile::open(gguf_fixture("mixtral-f32"));
+  const GgufTensor* q = file->find("blk.0.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(std::memcmp(q->data, b.layers[0].wq.data, size_t(q->n_bytes)), 0);
+}
+
+// f16 files: the same logits as the checkpoint with the same tensors rounded to f16 (f32_to_f16,
+// round to nearest even, as numpy and the converter round), written as a safetensors folder.
+TEST(GgufModelTypes, F16EqualsTheCheckpointRoundedToF16) {
+  const fs::path source = checkpoint("qwen3_moe-f32");
+  const auto gguf = Model::load(gguf_fixture("qwen3_moe-f16"));
+  const auto reference = Model::load(source);
+  expect_same_config(gguf->config(), reference->config());
+  EXPECT_EQ(gguf->sizes().expert_dtype, DType::kF16);
+
+  const fs::path rounded = fs::temp_directory_path() / ("chronos_gguf_f16_" + std::to_string(::getpid()));
+  fs::create_directories(rounded);
+  fs::copy_file(source / "config.json", rounded / "config.json", fs::copy_options::overwrite_existing);
+  std::vector<std::vector<std::byte>> storage;
+  std::vector<TensorToWrite> tensors;
+  int n_f16 = 0;
+  for (const TensorInfo* t : reference->all_tensors()) {
+    const TensorInfo* mapped = nullptr;
+    for (const TensorInfo* g : gguf->all_tensors())
+      if (g->name == t->name) mapped = g;
+    ASSERT_NE(mapped, nullptr) << t->name;
+    ASSERT_EQ(t->dtype, DType::kF32);
+    if (mapped->dtype != DType::kF16) {
+      tensors.push_back({t->name, t->dtype, t->shape, std::span<const std::byte>(t->data, size_t(t->n_bytes))});
+      continue;
+    }
+    ++n_f16;
+    auto& bytes = storage.emplace_back(size_t(t->n_elements()) * 2);
+    for (int64_t i = 0; i < t->n_elements(); ++i) {
+      float value;
+      std::memcpy(&value, t->data + 4 * i, 4);
+      const uint16_t half = f32_to_f16(value);
+      std::memcpy(bytes.data() + 2 * i, &half, 2);
+    }
+    tensors.push_back({t->name, DType::kF16, t->shape, bytes});
+  }
+  EXPECT_GT(n_f16, 0);
+  write_safetensors(rounded / "model.safetensors", tensors);
+  const auto expected = logits(*Model::load(rounded));
+  fs::remove_all(rounded);
+  const auto actual = logits(*gguf);
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) ASSERT_EQ(actual[i], expected[i]) << "logit " << i;
+}
+
+// Block-typed files load as block views with their stored types (the q4_k file falls back to
+// Q5_0 on its 32- and 64-wide rows, as GGUF writers do); configs match the checkpoints.
+TEST(GgufModelTypes, BlockTypesBindTheirBytes) {
+  for (const std::string name : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"}) {
+    const auto gguf = Model::load(gguf_fixture(name + "-q8_0"));
+    const auto reference = Model::load(checkpoint(name + "-f32"));
+    expect_same_config(gguf->config(), reference->config());
+    EXPECT_EQ(gguf->sizes().expert_dtype, DType::kQ8_0) << name;
+    EXPECT_EQ(gguf->weights().layers[0].wq.dtype, DType::kQ8_0) << name;
+    EXPECT_EQ(gguf->weights().tok_embd.dtype, DType::kQ8_0) << name;
+    EXPECT_TRUE(gguf->weights().layers[0].attn_norm.size() == size_t(gguf->config().n_embd)) << name;
+    for (const float v : logits(*gguf, 4)) ASSERT_TRUE(std::isfinite(v)) << name;
+  }
+  const auto q4 = Model::load(gguf_fixture("olmoe-q4_k"));
+  EXPECT_EQ(q4->sizes().expert_dtype, block_dtype_for_row(DType::kQ4_K, q4->config().n_embd));
+}
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class GgufModelErrors : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("chronos_gguf_model_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The fixture with `from` (same length) replaced by `to` at its first occurrence.
+  fs::path patched(const std::string& fixture, const std::string& from, const std::string& to) {
+    std::string bytes = read_all(gguf_fixture(fixture));
+    const size_t at = bytes.find(from);
+    EXPECT_NE(at, std::string::npos);
+    EXPECT_EQ(from.size(), to.size());
+    bytes.replace(at, from.size(), to);
+    const fs::path path = dir_ / (fixture + ".gguf");
+    std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    return path;
+  }
+
+  static std::string load_error(const fs::path& path) {
+    try {
+      Model::load(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(loaded)";
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(GgufModelErrors, MissingTensorIsNamed) {
+  const auto path = patched("qwen2_moe-q8_0", "blk.2.attn_k.weight", "blk.2.attn_x.weight");
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("model.layers.2.self_attn.k_proj.weight"), std::string::npos) << message;
+}
+
+TEST_F(GgufModelErrors, UnsupportedArchitectureIsNamed) {
+  const auto path = patched("olmoe-q8_0", "olmoe", "gemma");
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find("general.architecture"), std::string::npos) << message;
+  EXPECT_NE(message.find("'gemma'"), std::string::npos) << message;
+}
+
+TEST_F(GgufModelErrors, MissingKeyIsNamed) {
+  const auto path = patched("mixtral-q8_0", "llama.block_count", "llama.block_c0unt");
+  const std::string message = load_error(path);
+  EXPECT_NE(message.find("llama.block_count is missing"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace chronos
