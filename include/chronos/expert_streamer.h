@@ -1,9 +1,11 @@
 // ExpertStreamer: the ExpertProvider of a pack folder: a budgeted expert cache filled by the
-// AsyncPrefetcher, with the miss policy (wait for the read, or the soft-gated fallback).
+// AsyncPrefetcher, with the miss policy (wait for the read, the expert's resident low-bit copy, or
+// the soft-gated fallback).
 #pragma once
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "chronos/backend.h"
@@ -16,7 +18,14 @@
 
 namespace chronos {
 
-enum class OnMiss { kWait, kFallback };
+// What a selected expert that is not resident when its layer runs costs (DESIGN.md §4):
+//  kWait: the step waits for its read (exact);
+//  kLowbit: it is computed from its low-bit copy, resident for the whole run (the pack's
+//   lowbit.ctsr, chronos pack --lowbit-type); the full expert is still read for later steps;
+//  kFallback: it is left out, its routing weight given to the shared expert or renormalized.
+// With StreamerOptions::wait_above, kLowbit and kFallback wait (as kWait) for a missing expert
+// whose routing weight from some token of the step is at least that.
+enum class OnMiss { kWait, kLowbit, kFallback };
 
 // What is read ahead of the router's demand:
 //  kNone: nothing (demand reads only);
@@ -34,6 +43,7 @@ void check_pack_against_config(const PackManifest& manifest, const ModelConfig& 
 struct StreamerOptions {
   int64_t budget_bytes = 0;  // expert cache budget
   OnMiss on_miss = OnMiss::kWait;
+  std::optional<float> wait_above;  // see OnMiss; unset: kLowbit and kFallback never wait
   EvictionPolicy policy = EvictionPolicy::kLruFrequency;
   AsyncPrefetcher::Options prefetch;
   PrefetchMode mode = PrefetchMode::kNone;
@@ -47,6 +57,7 @@ struct StreamerStats {
   int64_t hits_loading = 0;   // already being read when asked (prefetched, not finished)
   int64_t misses = 0;         // not resident and not being read
   int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
+  int64_t lowbit = 0;         // lookups answered with the expert's low-bit copy (lowbit mode)
   int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
   int64_t device_waits = 0;   // lookups whose copy was still running, left to the compute stream
                               // to wait for (device compute only)
@@ -69,7 +80,9 @@ class ExpertStreamer final : public ExpertProvider {
   // predicting, observes block 0. The streamer must outlive the runner.
   ForwardHooks hooks();
 
-  void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) override;
+  using ExpertProvider::acquire;
+  void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const float> weights,
+               std::span<const FfnWeights*> views) override;
   void release(int64_t layer, std::span<const int32_t> experts) override;
   size_t max_experts_per_acquire() const override;
   void set_compute_stream(Stream* stream) override { compute_stream_ = stream; }
@@ -89,13 +102,17 @@ class ExpertStreamer final : public ExpertProvider {
   const PackManifest& manifest() const { return manifest_; }
   StreamerStats stats() const;
   int64_t n_slots() const { return cache_->n_slots(); }
+  // Bytes of the resident low-bit copies (0 unless --on-miss lowbit), inside the budget.
+  int64_t lowbit_bytes() const { return int64_t(lowbit_buffer_.bytes); }
 
  private:
   FfnWeights view_of(const PackedExpert& expert, void* data) const;
+  void load_lowbit_copies(const std::filesystem::path& pack_dir);
   void on_block(int64_t layer, std::span<const float> hidden, int64_t n_tokens);
   void request(std::span<const ExpertScore> scores, bool intent);
 
   const Model& model_;
+  Backend& backend_;
   PackManifest manifest_;
   StreamerOptions options_;
   std::unique_ptr<SharedExpertCache> cache_;     // its lock also guards stats_
@@ -111,6 +128,8 @@ class ExpertStreamer final : public ExpertProvider {
   std::vector<ExpertScore> scores_;          // reused between tokens
   std::vector<FetchRequest> requests_;
   std::vector<ExpertKey> previous_token_;    // kLru: experts the last step used
+  Buffer lowbit_buffer_;                     // kLowbit: the whole lowbit.ctsr, device memory
+  std::vector<FfnWeights> lowbit_views_;     // kLowbit: [layer * n_expert + expert]
 };
 
 }  // namespace chronos

@@ -95,14 +95,20 @@ using BlockFn = std::function<void(int64_t layer, std::span<const float> hidden,
 
 // Supplies the weights of routed experts that are not bound at load (a pack folder streams them).
 // acquire() is called once per MoE layer and forward step with the distinct experts the router
-// selected for the step's tokens; it sets views[i] to the weights of experts[i], or to nullptr when
-// that expert is not usable now, in which case the model applies the soft-gated fallback of
-// DESIGN.md §4. Whether acquire() waits for a read is the provider's policy (--on-miss).
-// release() follows once the layer's experts have been computed.
+// selected for the step's tokens and, for each, the largest routing weight a token of the step gives
+// it (weights may be empty: unknown); it sets views[i] to the weights of experts[i] (the full expert
+// or a stand-in such as its low-bit copy), or to nullptr when that expert is not usable now, in
+// which case the model applies the soft-gated fallback of DESIGN.md §4. Whether acquire() waits for
+// a read is the provider's policy (--on-miss, --wait-above). release() follows once the layer's
+// experts have been computed.
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
-  virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) = 0;
+  virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const float> weights,
+                       std::span<const FfnWeights*> views) = 0;
+  void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) {
+    acquire(layer, experts, {}, views);
+  }
   virtual void release(int64_t layer, std::span<const int32_t> experts) = 0;
   // The most experts one acquire() may be asked for (the model computes a layer's experts in
   // waves of this size): a cache of N slots cannot hold more than N experts at once.

@@ -8,6 +8,7 @@
 
 #include "chronos/cluster.h"
 #include "chronos/model.h"
+#include "chronos/thread_pool.h"
 
 namespace chronos {
 
@@ -23,16 +24,23 @@ struct PackOptions {
   // expert's gate keep their type.
   std::optional<DType> expert_type;
   std::optional<DType> dense_type;
+  // When set, a low-bit copy of every routed expert in this type, in lowbit.ctsr (the manifest's
+  // "lowbit" section), for --on-miss lowbit.
+  std::optional<DType> lowbit_type;
+  int threads = 0;  // quantization threads; 0: one per hardware thread
 };
 
 // A [rows, cols] weight converted to `target` (rows quantized one by one for a block type, after
-// block_dtype_for_row): the returned view points into `storage`.
-WeightView convert_weight(const WeightView& weight, DType target, std::vector<std::byte>& storage);
+// block_dtype_for_row): the returned view points into `storage`. Rows are converted in parallel on
+// `pool` when given; the bytes do not depend on it.
+WeightView convert_weight(const WeightView& weight, DType target, std::vector<std::byte>& storage,
+                          ThreadPool* pool = nullptr);
 
 struct PackSummary {
   int64_t n_clusters = 0;
   int64_t expert_bytes = 0;         // all cluster files
   int64_t dense_bytes = 0;
+  int64_t lowbit_bytes = 0;         // lowbit.ctsr, when written
   double modularity = 0.0;
   double intra_cluster_weight_share = 0.0;
   int64_t traced_tokens = 0;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,6 +50,17 @@ struct PackCluster {
   std::vector<ExpertKey> experts;  // in file order
 };
 
+// The low-bit copies of every routed expert (chronos pack --lowbit-type): one file of the pack
+// folder laid out like a cluster file (cluster id -1), each copy one aligned extent with its
+// checksum. With --on-miss lowbit they are resident for the whole run (DESIGN.md §3, §4).
+struct LowbitCopies {
+  std::string file;    // plain file name inside the pack folder
+  int64_t bytes = 0;   // size of the file
+  std::string dtype;   // the type asked for ("Q2_K"); a K type falls back per tensor on short rows
+  std::map<ExpertKey, PackedExpert> experts;
+};
+inline constexpr int32_t kLowbitClusterId = -1;
+
 struct PackManifest {
   std::string architecture;
   int64_t num_moe_layers = 0;
@@ -63,6 +75,7 @@ struct PackManifest {
   uint64_t clustering_seed = 0;
   std::vector<PackCluster> clusters;
   std::map<ExpertKey, PackedExpert> experts;
+  std::optional<LowbitCopies> lowbit;  // absent unless packed with --lowbit-type
 
   // Reads <dir>/cluster_manifest.json and checks every field against the .ctsr files themselves
   // (exist, sizes, each expert's tensors present in that file's safetensors header at the stated

@@ -21,6 +21,8 @@ struct PackArgs {
   uint64_t seed = 0;
   std::string expert_type;
   std::string dense_type;
+  std::string lowbit_type;
+  int threads = 0;
 };
 
 // --expert-type / --dense-type: a float type or a block type, by name (case-insensitive).
@@ -46,6 +48,9 @@ int run_pack(const PackArgs& args) {
   if (!args.traces.empty()) options.traces = args.traces;
   options.expert_type = parse_weight_type(args.expert_type, "--expert-type");
   options.dense_type = parse_weight_type(args.dense_type, "--dense-type");
+  options.lowbit_type = parse_weight_type(args.lowbit_type, "--lowbit-type");
+  if (args.threads < 0) throw UsageError("--threads must be 0 (every hardware thread) or more");
+  options.threads = args.threads;
   const auto dir = resolve_model_dir(args.model);
   const auto model = Model::load(dir);
   const bool tty = isatty(fileno(stderr));
@@ -55,9 +60,10 @@ int run_pack(const PackArgs& args) {
   if (tty) fmt::print(stderr, "\n");
   fmt::print(stderr,
              "chronos: packed {} into {}: {} clusters, {:.1f} MiB of experts, {:.1f} MiB dense; modularity {:.3f}, "
-             "{:.1f}% of co-activation inside clusters ({} traced tokens)\n",
+             "{:.1f}% of co-activation inside clusters ({} traced tokens){}\n",
              dir.string(), args.out, s.n_clusters, double(s.expert_bytes) / (1 << 20), double(s.dense_bytes) / (1 << 20),
-             s.modularity, 100.0 * s.intra_cluster_weight_share, s.traced_tokens);
+             s.modularity, 100.0 * s.intra_cluster_weight_share, s.traced_tokens,
+             s.lowbit_bytes > 0 ? fmt::format("; low-bit copies {:.1f} MiB", double(s.lowbit_bytes) / (1 << 20)) : "");
   return 0;
 }
 
@@ -78,6 +84,11 @@ Command register_pack(CLI::App& app) {
   sub->add_option("--dense-type", args->dense_type,
                   "Type of the dense matrices (attention, shared expert, embeddings, LM head); norms and router "
                   "keep theirs (default: the checkpoint's)");
+  sub->add_option("--lowbit-type", args->lowbit_type,
+                  "Also write a low-bit copy of every routed expert in this type (q2_k, q3_k, q4_k, ...) for "
+                  "--on-miss lowbit");
+  sub->add_option("-t,--threads", args->threads, "Quantization threads (0: every hardware thread)")
+      ->capture_default_str();
   return Command{sub, [args] { return run_pack(*args); }};
 }
 

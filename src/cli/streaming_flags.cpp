@@ -13,7 +13,8 @@ namespace chronos::cli {
 
 bool StreamingFlags::asks_for_streaming() const {
   const StreamingFlags defaults;
-  return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || prefetch != defaults.prefetch ||
+  return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || !wait_above.empty() ||
+         prefetch != defaults.prefetch ||
          eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
 }
 
@@ -23,8 +24,13 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
                   fmt::format("Pack folders: {}expert cache budget{} (2GiB, 512MB, 25%)", list, sweep ? "s" : ""))
       ->capture_default_str();
   sub->add_option("--on-miss", f.on_miss,
-                  fmt::format("Pack folders: {}wait (exact) or fallback (never blocks)", list))
+                  fmt::format("Pack folders: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
+                              "made with --lowbit-type) or fallback (left out); lowbit and fallback never block",
+                              list))
       ->capture_default_str();
+  sub->add_option("--wait-above", f.wait_above,
+                  "Pack folders, --on-miss lowbit or fallback: wait for a missing expert whose routing weight is at "
+                  "least this (0..1) instead");
   sub->add_option("--prefetch", f.prefetch,
                   fmt::format("Pack folders: {}none, lru or predict (trained predictors)", list))
       ->capture_default_str();
@@ -63,8 +69,16 @@ int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes) {
 
 OnMiss parse_on_miss(const std::string& text) {
   if (text == "wait") return OnMiss::kWait;
+  if (text == "lowbit") return OnMiss::kLowbit;
   if (text == "fallback") return OnMiss::kFallback;
-  throw UsageError(fmt::format("--on-miss: '{}' is not wait or fallback", text));
+  throw UsageError(fmt::format("--on-miss: '{}' is not wait, lowbit or fallback", text));
+}
+
+std::optional<float> parse_wait_above(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  if (const std::string why = finite_in(0.0, 1.0)(text); !why.empty())
+    throw UsageError(fmt::format("--wait-above: {}", why));
+  return float(std::stod(text));
 }
 
 PrefetchMode parse_prefetch(const std::string& text) {
@@ -100,6 +114,9 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) 
   StreamerOptions so;
   so.budget_bytes = parse_expert_cache(f.expert_cache, expert_bytes);
   so.on_miss = parse_on_miss(f.on_miss);
+  so.wait_above = parse_wait_above(f.wait_above);
+  if (so.wait_above && so.on_miss == OnMiss::kWait)
+    throw UsageError("--wait-above applies to --on-miss lowbit or fallback (wait always waits)");
   so.mode = parse_prefetch(f.prefetch);
   so.policy = parse_eviction(f.eviction);
   so.prefetch.io_latency_ms = parse_io_latency_ms(f.io_latency_ms);

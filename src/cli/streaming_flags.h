@@ -1,4 +1,4 @@
-// The streaming flag group (--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms,
+// The streaming flag group (--expert-cache, --on-miss, --wait-above, --prefetch, --eviction, --io-latency-ms,
 // --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
 // one parser per flag. Every error names its flag; the layers below never do.
 #pragma once
@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ namespace chronos::cli {
 struct StreamingFlags {
   std::string expert_cache = "100%";
   std::string on_miss = "wait";
+  std::string wait_above;  // empty: unset
   std::string prefetch = "none";
   std::string eviction = "lru-freq";
   std::string io_latency_ms = "0";
@@ -34,6 +36,8 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& flags, bool sweep);
 // One parser per flag; each throws UsageError naming its flag.
 int64_t parse_expert_cache(const std::string& text, int64_t expert_bytes);
 OnMiss parse_on_miss(const std::string& text);
+// --wait-above: a routing weight in (0, 1]; nullopt for the empty text.
+std::optional<float> parse_wait_above(const std::string& text);
 PrefetchMode parse_prefetch(const std::string& text);
 EvictionPolicy parse_eviction(const std::string& text);
 double parse_io_latency_ms(const std::string& text);

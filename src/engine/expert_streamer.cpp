@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 
 #include "chronos/error.h"
 
@@ -50,13 +51,28 @@ void check_pack_against_config(const PackManifest& m, const ModelConfig& c, cons
 
 ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                const StreamerOptions& options)
-    : model_(model), manifest_(PackManifest::load(pack_dir)), options_(options) {
+    : model_(model), backend_(backend), manifest_(PackManifest::load(pack_dir)), options_(options) {
   const ModelConfig& c = model.config();
   check_pack_against_config(manifest_, c, pack_dir);
   ExpertCache::Options cache_options;
   cache_options.budget_bytes = options.budget_bytes;
   cache_options.slot_bytes = largest_extent(manifest_);
   cache_options.policy = options.policy;
+  if (options.on_miss == OnMiss::kLowbit) {
+    // The copies are resident for the whole run, inside the one expert budget; the rest is slots.
+    if (!manifest_.lowbit)
+      throw_error("{}: --on-miss lowbit needs the pack's low-bit copies (chronos pack --lowbit-type q2_k)",
+                  pack_dir.string());
+    const int64_t lowbit = manifest_.lowbit->bytes;
+    const auto mib = [](int64_t bytes) { return double(bytes) / (1 << 20); };
+    if (lowbit + cache_options.slot_bytes > options.budget_bytes)
+      throw BudgetTooSmall(BudgetTooSmall::Budget::kExpertCache,
+                           fmt::format("the low-bit copies ({}) take {:.1f} MiB of the {:.1f} MiB budget, leaving less "
+                                       "than one expert ({:.1f} MiB)",
+                                       manifest_.lowbit->dtype, mib(lowbit), mib(options.budget_bytes),
+                                       mib(cache_options.slot_bytes)));
+    cache_options.budget_bytes -= lowbit;
+  }
   cache_ = std::make_unique<SharedExpertCache>(backend, cache_options);
   prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, backend, options.prefetch);
   views_.resize(size_t(c.n_expert));
@@ -70,9 +86,48 @@ ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& 
     if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert)
       throw_error("{}: the predictors were trained for another model", pack_dir.string());
   }
+  if (options.on_miss == OnMiss::kLowbit) load_lowbit_copies(pack_dir);
 }
 
-ExpertStreamer::~ExpertStreamer() { prefetcher_.reset(); }
+// Reads lowbit.ctsr whole into device memory, every copy's checksum verified on the host first.
+void ExpertStreamer::load_lowbit_copies(const std::filesystem::path& pack_dir) {
+  const LowbitCopies& lowbit = *manifest_.lowbit;
+  const std::filesystem::path path = pack_dir / lowbit.file;
+  const size_t bytes = size_t(lowbit.bytes);
+  Buffer host = backend_.staging_is_device() ? backend_.alloc_device(bytes) : backend_.alloc_staging(bytes);
+  try {
+    std::ifstream in(path, std::ios::binary);
+    if (!in || !in.read(static_cast<char*>(host.data), std::streamsize(bytes)))
+      throw_error("{}: cannot read its {} bytes", path.string(), bytes);
+    const auto* base = static_cast<const std::byte*>(host.data);
+    for (const auto& [key, copy] : lowbit.experts)
+      verify_expert_bytes(copy, lowbit.file, {base + copy.offset, size_t(copy.bytes)});
+    if (backend_.staging_is_device()) {
+      lowbit_buffer_ = host;
+    } else {
+      lowbit_buffer_ = backend_.alloc_device(bytes);
+      const auto stream = backend_.create_stream();
+      backend_.copy_to_device(*stream, lowbit_buffer_.data, host.data, bytes);
+      stream->synchronize();
+      backend_.free_staging(host);
+    }
+  } catch (...) {
+    if (lowbit_buffer_.data != nullptr && lowbit_buffer_.data != host.data) backend_.free_device(lowbit_buffer_);
+    backend_.staging_is_device() ? backend_.free_device(host) : backend_.free_staging(host);
+    lowbit_buffer_ = {};
+    throw;
+  }
+  const ModelConfig& c = model_.config();
+  lowbit_views_.resize(size_t(c.n_layer * c.n_expert));
+  auto* device = static_cast<std::byte*>(lowbit_buffer_.data);
+  for (const auto& [key, copy] : lowbit.experts)
+    lowbit_views_[size_t(key.layer * c.n_expert + key.expert)] = view_of(copy, device + copy.offset);
+}
+
+ExpertStreamer::~ExpertStreamer() {
+  prefetcher_.reset();
+  if (lowbit_buffer_.data != nullptr) backend_.free_device(lowbit_buffer_);
+}
 
 ForwardHooks ExpertStreamer::hooks() {
   ForwardHooks hooks;
@@ -139,10 +194,12 @@ FfnWeights ExpertStreamer::view_of(const PackedExpert& expert, void* data) const
 
 size_t ExpertStreamer::max_experts_per_acquire() const { return size_t(std::max<int64_t>(1, cache_->n_slots())); }
 
-void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) {
-  // A failed or corrupt read is an error in every miss mode: the fallback stands in for experts
-  // that are late, never for experts whose bytes are wrong.
+void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, std::span<const float> weights,
+                             std::span<const FfnWeights*> views) {
+  // A failed or corrupt read is an error in every miss mode: the stand-ins are for experts that
+  // are late, never for experts whose bytes are wrong.
   if (const auto error = prefetcher_->error()) std::rethrow_exception(error);
+  const int64_t n_expert = model_.config().n_expert;
   for (size_t i = 0; i < experts.size(); ++i) {
     const int32_t e = experts[i];
     const ExpertKey key{int32_t(layer), e};
@@ -154,17 +211,20 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     else if (slot.state == SlotState::kLoading) ++stats_.hits_loading;
     else ++stats_.hits;
 
-    if (options_.on_miss == OnMiss::kFallback) {
-      // Never block: only an expert whose bytes are usable right now is computed.
+    // Whether this expert is worth waiting for in the non-blocking modes (unknown weight: it is).
+    const bool heavy = options_.wait_above && (weights.empty() || weights[i] >= *options_.wait_above);
+    if (options_.on_miss != OnMiss::kWait && !heavy) {
+      // Never block: only an expert whose bytes are usable right now is computed in full.
       if (slot.state != SlotState::kReady || !slot.ready->query()) {
         if (slot.state != SlotState::kEmpty) cache->release(key);
-        ++stats_.fallbacks;
+        const bool lowbit = options_.on_miss == OnMiss::kLowbit;
+        ++(lowbit ? stats_.lowbit : stats_.fallbacks);
         cache.unlock();
         if (slot.state == SlotState::kEmpty) {  // fetched for the tokens that follow
           const FetchRequest request{key, FetchPriority::kDemand, step_};
           prefetcher_->enqueue({&request, 1});
         }
-        views[i] = nullptr;
+        views[i] = lowbit ? &lowbit_views_[size_t(layer * n_expert + e)] : nullptr;
         pinned_[size_t(e)] = 0;
         continue;
       }

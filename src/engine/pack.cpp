@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -53,28 +54,33 @@ bool dense_matrix_converts(TensorRole role) {
 
 }  // namespace
 
-WeightView convert_weight(const WeightView& w, DType target, std::vector<std::byte>& storage) {
+WeightView convert_weight(const WeightView& w, DType target, std::vector<std::byte>& storage, ThreadPool* pool) {
   const DType dtype = dtype_is_block(target) ? block_dtype_for_row(target, w.cols) : target;
   if (dtype == w.dtype) return w;
   if (!dtype_is_block(dtype) && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16)
     throw_error("cannot convert weights to {}", dtype_name(dtype));
   const int64_t row_bytes = dtype_row_bytes(dtype, w.cols);
   storage.resize(size_t(w.rows * row_bytes));
-  std::vector<float> row(size_t(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    ops::weight_row_to_f32(row.data(), w, r);
-    std::byte* out = storage.data() + r * row_bytes;
-    if (dtype_is_block(dtype)) {
-      quantize_row(dtype, row.data(), out, w.cols);
-    } else if (dtype == DType::kF32) {
-      std::memcpy(out, row.data(), size_t(row_bytes));
-    } else {
-      for (int64_t i = 0; i < w.cols; ++i) {
-        const uint16_t bits = dtype == DType::kF16 ? f32_to_f16(row[size_t(i)]) : f32_to_bf16(row[size_t(i)]);
-        std::memcpy(out + i * 2, &bits, 2);
+  const auto convert_rows = [&](int64_t begin, int64_t end) {
+    std::vector<float> row(size_t(w.cols));
+    for (int64_t r = begin; r < end; ++r) {
+      ops::weight_row_to_f32(row.data(), w, r);
+      std::byte* out = storage.data() + r * row_bytes;
+      if (dtype_is_block(dtype)) {
+        quantize_row(dtype, row.data(), out, w.cols);
+      } else if (dtype == DType::kF32) {
+        std::memcpy(out, row.data(), size_t(row_bytes));
+      } else {
+        for (int64_t i = 0; i < w.cols; ++i) {
+          const uint16_t bits = dtype == DType::kF16 ? f32_to_f16(row[size_t(i)]) : f32_to_bf16(row[size_t(i)]);
+          std::memcpy(out + i * 2, &bits, 2);
+        }
       }
     }
-  }
+  };
+  // Each row is quantized on its own, so the bytes are the same whatever the split.
+  if (pool != nullptr && pool->size() > 1) pool->parallel_for(w.rows, 16, convert_rows);
+  else convert_rows(0, w.rows);
   return WeightView{storage.data(), dtype, w.rows, w.cols};
 }
 
@@ -139,6 +145,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
     }
   } guard{tmp};
 
+  ThreadPool pool(options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency())));
   const std::string fingerprint = model_fingerprint(model_dir);
   PackManifest manifest;
   manifest.architecture = c.arch_name();
@@ -164,7 +171,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
       ExpertSource source{key, w.gate, w.up, w.down};
       if (options.expert_type) {
         for (WeightView* view : {&source.gate, &source.up, &source.down})
-          *view = convert_weight(*view, *options.expert_type, converted.emplace_back());
+          *view = convert_weight(*view, *options.expert_type, converted.emplace_back(), &pool);
       }
       sources.push_back(source);
       cluster.experts.push_back(key);
@@ -175,6 +182,26 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
     summary.expert_bytes += cluster.bytes;
     manifest.clusters.push_back(std::move(cluster));
     on_cluster(int64_t(i + 1), std::ssize(plan.clusters));
+  }
+  if (options.lowbit_type) {  // one file of low-bit copies, in (layer, expert) order
+    LowbitCopies lowbit;
+    lowbit.file = "lowbit.ctsr";
+    lowbit.dtype = std::string(dtype_name(*options.lowbit_type));
+    std::vector<ExpertSource> sources;
+    std::vector<std::vector<std::byte>> converted;
+    converted.reserve(manifest.experts.size() * 3);
+    for (const auto& [key, packed] : manifest.experts) {
+      const FfnWeights& w = weights.layers[size_t(key.layer)].experts[size_t(key.expert)];
+      ExpertSource source{key, w.gate, w.up, w.down};
+      for (WeightView* view : {&source.gate, &source.up, &source.down})
+        *view = convert_weight(*view, *options.lowbit_type, converted.emplace_back(), &pool);
+      sources.push_back(source);
+    }
+    for (PackedExpert& packed : write_ctsr(tmp / lowbit.file, kLowbitClusterId, fingerprint, sources))
+      lowbit.experts[packed.key] = packed;
+    lowbit.bytes = int64_t(fs::file_size(tmp / lowbit.file));
+    summary.lowbit_bytes = lowbit.bytes;
+    manifest.lowbit = std::move(lowbit);
   }
   manifest.save(tmp / kManifestFileName);
 
@@ -195,7 +222,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
       const WeightView source{t->data, t->dtype, t->shape[0], t->shape[1]};
       // A matrix whose rows fit no block (not a multiple of 32) keeps its type.
       if (!dtype_is_block(*options.dense_type) || t->shape[1] % 32 == 0) {
-        const WeightView w = convert_weight(source, *options.dense_type, dense_storage.emplace_back());
+        const WeightView w = convert_weight(source, *options.dense_type, dense_storage.emplace_back(), &pool);
         const std::span<const std::byte> bytes(static_cast<const std::byte*>(w.data), dense_storage.back().size());
         if (dtype_is_block(w.dtype)) {
           dense.push_back({t->name, DType::kU8, {int64_t(bytes.size())}, bytes});

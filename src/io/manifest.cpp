@@ -129,6 +129,30 @@ uint64_t parse_hash(const Reader& r, const Json& json, const std::string& where)
   return value;
 }
 
+// An entry of "experts" (or of "lowbit.experts"), without its cluster.
+PackedExpert parse_expert(const Reader& r, const std::string& text, const Json& json, const std::string& where,
+                          int64_t num_experts) {
+  PackedExpert expert;
+  expert.key = parse_key(r, text);
+  if (expert.key.expert >= num_experts)
+    r.fail(where, fmt::format("expert {} out of range (num_experts {})", expert.key.expert, num_experts));
+  expert.offset = r.integer(json, where, "offset");
+  expert.bytes = r.integer(json, where, "bytes");
+  expert.xxh64 = parse_hash(r, json, where);
+  const Json& tensors = r.member(json, where, "tensors");
+  expert.gate = parse_tensor(r, tensors, where, "gate");
+  expert.up = parse_tensor(r, tensors, where, "up");
+  expert.down = parse_tensor(r, tensors, where, "down");
+  return expert;
+}
+
+// A plain file name inside the pack folder; other paths would let a manifest point anywhere.
+void check_plain_file_name(const Reader& r, const std::string& name, const std::string& where) {
+  const fs::path file(name);
+  if (file.empty() || file.has_parent_path() || file == "." || file == "..")
+    r.fail(where, fmt::format("\"{}\" is not a plain file name", name));
+}
+
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_error("{}: cannot open", path.string());
@@ -138,8 +162,10 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
-// Checks one cluster file against the manifest entries that point into it.
-void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCluster& cluster) {
+// Checks one cluster file (or the low-bit copies' file) against the manifest entries that point
+// into it: `experts` holds them, `dtype` is the type they were packed as.
+void check_cluster_file(const fs::path& dir, const std::string& fingerprint, const PackCluster& cluster,
+                        const std::map<ExpertKey, PackedExpert>& experts, const std::string& dtype) {
   const fs::path path = dir / cluster.file;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw_error("{}: cluster {}: file is missing", path.string(), cluster.id);
@@ -159,12 +185,12 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
   meta_is("format", "ctsr");
   meta_is("version", "1");
   meta_is("cluster", std::to_string(cluster.id));
-  meta_is("fingerprint", m.fingerprint);
+  meta_is("fingerprint", fingerprint);
 
   std::set<std::string> expected_names;
   std::vector<const PackedExpert*> extents;
   for (const ExpertKey& key : cluster.experts) {
-    const PackedExpert& expert = m.experts.at(key);
+    const PackedExpert& expert = experts.at(key);
     const std::string who = fmt::format("{}: layer {} expert {}", path.string(), key.layer, key.expert);
     if (expert.offset % kCtsrAlignment != 0 || expert.bytes % kCtsrAlignment != 0)
       throw_error("{}: extent [{}, +{}) is not {}-aligned", who, expert.offset, expert.bytes, kCtsrAlignment);
@@ -197,9 +223,9 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
       if (tensor->dtype != file_dtype)
         throw_error("{}: tensor {} has dtype {} in the manifest, {} in the file", who, projection,
                     dtype_name(file_dtype), dtype_name(tensor->dtype));
-      if (!expert_dtype_matches(packed->dtype, m.dtype, packed->shape))
+      if (!expert_dtype_matches(packed->dtype, dtype, packed->shape))
         throw_error("{}: tensor {} is {}, the manifest's expert type is {}", who, projection, dtype_name(packed->dtype),
-                    m.dtype);
+                    dtype);
       next += packed->bytes;
     }
     extents.push_back(&expert);
@@ -218,7 +244,12 @@ void check_cluster_file(const fs::path& dir, const PackManifest& m, const PackCl
 
 PackManifest PackManifest::load(const fs::path& dir) {
   PackManifest m = parse(dir);
-  for (const PackCluster& cluster : m.clusters) check_cluster_file(dir, m, cluster);
+  for (const PackCluster& cluster : m.clusters) check_cluster_file(dir, m.fingerprint, cluster, m.experts, m.dtype);
+  if (m.lowbit) {
+    PackCluster file{kLowbitClusterId, m.lowbit->file, m.lowbit->bytes, {}};
+    for (const auto& [key, expert] : m.lowbit->experts) file.experts.push_back(key);
+    check_cluster_file(dir, m.fingerprint, file, m.lowbit->experts, m.lowbit->dtype);
+  }
   return m;
 }
 
@@ -258,18 +289,8 @@ PackManifest PackManifest::parse(const fs::path& dir) {
   std::set<int32_t> layers;
   for (const auto& [text, json] : experts.items()) {
     const std::string where = "experts." + text;
-    PackedExpert expert;
-    expert.key = parse_key(r, text);
-    if (expert.key.expert >= m.num_experts)
-      r.fail(where, fmt::format("expert {} out of range (num_experts {})", expert.key.expert, m.num_experts));
+    PackedExpert expert = parse_expert(r, text, json, where, m.num_experts);
     expert.cluster = r.small(r.member(json, where, "cluster"), where + ".cluster");
-    expert.offset = r.integer(json, where, "offset");
-    expert.bytes = r.integer(json, where, "bytes");
-    expert.xxh64 = parse_hash(r, json, where);
-    const Json& tensors = r.member(json, where, "tensors");
-    expert.gate = parse_tensor(r, tensors, where, "gate");
-    expert.up = parse_tensor(r, tensors, where, "up");
-    expert.down = parse_tensor(r, tensors, where, "down");
     layers.insert(expert.key.layer);
     if (!m.experts.emplace(expert.key, expert).second) r.fail(where, "listed twice");
   }
@@ -287,10 +308,7 @@ PackManifest PackManifest::parse(const fs::path& dir) {
     PackCluster cluster;
     cluster.id = r.small(r.member(json, where, "id"), where + ".id");
     cluster.file = r.string(json, where, "file");
-    const fs::path file(cluster.file);
-    // Cluster files live in the pack folder; other paths would let a manifest point anywhere.
-    if (file.empty() || file.has_parent_path() || file == "." || file == "..")
-      r.fail(where + ".file", fmt::format("\"{}\" is not a plain file name", cluster.file));
+    check_plain_file_name(r, cluster.file, where + ".file");
     cluster.bytes = r.integer(json, where, "bytes");
     if (!ids.insert(cluster.id).second) r.fail(where + ".id", fmt::format("cluster id {} used twice", cluster.id));
     if (!files.insert(cluster.file).second) r.fail(where + ".file", fmt::format("{} used twice", cluster.file));
@@ -317,6 +335,34 @@ PackManifest PackManifest::parse(const fs::path& dir) {
     if (!placed.contains(key))
       r.fail(fmt::format("experts.{}.{}", key.layer, key.expert),
              fmt::format("cluster {} does not list this expert", expert.cluster));
+
+  if (root.contains("lowbit")) {  // one copy of every routed expert, in a file of its own
+    const Json& json = root["lowbit"];
+    LowbitCopies lowbit;
+    lowbit.file = r.string(json, "lowbit", "file");
+    check_plain_file_name(r, lowbit.file, "lowbit.file");
+    if (files.contains(lowbit.file)) r.fail("lowbit.file", fmt::format("{} is also a cluster file", lowbit.file));
+    lowbit.bytes = r.integer(json, "lowbit", "bytes");
+    lowbit.dtype = r.string(json, "lowbit", "dtype");
+    if (!dtype_from_name(lowbit.dtype) && !block_dtype_from_name(lowbit.dtype))
+      r.fail("lowbit.dtype", fmt::format("unknown dtype \"{}\"", lowbit.dtype));
+    const Json& copies = r.member(json, "lowbit", "experts");
+    if (!copies.is_object()) r.fail("lowbit.experts", "not a JSON object");
+    for (const auto& [text, entry] : copies.items()) {
+      const std::string where = "lowbit.experts." + text;
+      PackedExpert expert = parse_expert(r, text, entry, where, m.num_experts);
+      expert.cluster = kLowbitClusterId;
+      const auto full = m.experts.find(expert.key);
+      if (full == m.experts.end()) r.fail(where, "no such expert in \"experts\"");
+      if (expert.gate.shape != full->second.gate.shape || expert.up.shape != full->second.up.shape ||
+          expert.down.shape != full->second.down.shape)
+        r.fail(where, "shapes differ from the expert's");
+      if (!lowbit.experts.emplace(expert.key, expert).second) r.fail(where, "listed twice");
+    }
+    if (lowbit.experts.size() != m.experts.size())
+      r.fail("lowbit.experts", fmt::format("{} copies for {} experts", lowbit.experts.size(), m.experts.size()));
+    m.lowbit = std::move(lowbit);
+  }
   return m;
 }
 
@@ -341,14 +387,24 @@ void PackManifest::save(const fs::path& path) const {
     root["clusters"].push_back(
         Json{{"id", cluster.id}, {"file", cluster.file}, {"bytes", cluster.bytes}, {"experts", std::move(list)}});
   }
-  root["experts"] = Json::object();
-  for (const auto& [key, e] : experts) {
-    root["experts"][fmt::format("{}.{}", key.layer, key.expert)] = Json{
-        {"cluster", e.cluster},
+  const auto expert_json = [&](const PackedExpert& e) {
+    return Json{
         {"offset", e.offset},
         {"bytes", e.bytes},
         {"xxh64", fmt::format("{:016x}", e.xxh64)},
         {"tensors", Json{{"gate", tensor_json(e.gate)}, {"up", tensor_json(e.up)}, {"down", tensor_json(e.down)}}}};
+  };
+  root["experts"] = Json::object();
+  for (const auto& [key, e] : experts) {
+    Json entry = expert_json(e);
+    entry["cluster"] = e.cluster;
+    root["experts"][fmt::format("{}.{}", key.layer, key.expert)] = std::move(entry);
+  }
+  if (lowbit) {
+    Json copies = Json::object();
+    for (const auto& [key, e] : lowbit->experts) copies[fmt::format("{}.{}", key.layer, key.expert)] = expert_json(e);
+    root["lowbit"] = Json{{"file", lowbit->file}, {"bytes", lowbit->bytes}, {"dtype", lowbit->dtype},
+                          {"experts", std::move(copies)}};
   }
   write_file_atomically(path, root.dump(1) + "\n");
 }

@@ -14,6 +14,7 @@ MoePlan::MoePlan(const ModelConfig& c, int64_t max_tokens)
   row_weight_.resize(rows);
   choice_row_.resize(rows);
   active_.reserve(size_t(n_expert_));
+  active_weight_.resize(size_t(n_expert_));
   views_.resize(size_t(n_expert_));
   missing_.resize(size_t(n_expert_));
   choice_missing_.resize(rows);
@@ -55,6 +56,12 @@ void MoePlan::group() {
       row_weight_[size_t(row)] = weights_[t * k_ + j];
       choice_row_[size_t(t * k_ + j)] = row;
     }
+  }
+  for (size_t i = 0; i < active_.size(); ++i) {
+    const int32_t e = active_[i];
+    float heaviest = 0.0f;
+    for (int32_t row = row_begin(e); row < row_end(e); ++row) heaviest = std::max(heaviest, row_weight_[size_t(row)]);
+    active_weight_[i] = heaviest;
   }
   std::fill(missing_.begin(), missing_.end(), 0);
   any_missing_ = false;

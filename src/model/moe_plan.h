@@ -44,6 +44,8 @@ class MoePlan {
   std::span<const float> row_weights() const { return {row_weight_.data(), size_t(n_rows())}; }  // [rows]
   std::span<const int32_t> choice_rows() const { return {choice_row_.data(), size_t(n_rows())}; }  // [n, k]
   std::span<const int32_t> active() const { return active_; }  // distinct selected experts, ascending
+  // active_weight()[i]: the largest routing weight a token gives active()[i].
+  std::span<const float> active_weight() const { return {active_weight_.data(), active_.size()}; }
 
   // waves: calls compute(ids, views) once per wave, between the provider's acquire and release
   // (without a provider, `bound` holds every expert and a wave is the whole step). views[i] is
@@ -74,6 +76,7 @@ class MoePlan {
   std::vector<float> row_weight_;     // [max_tokens * k]
   std::vector<int32_t> choice_row_;   // [max_tokens * k]
   std::vector<int32_t> active_;       // capacity n_expert
+  std::vector<float> active_weight_;  // [n_expert], parallel to active_
   std::vector<const FfnWeights*> views_;  // [n_expert]
   std::vector<uint8_t> missing_;          // [n_expert]
   std::vector<uint8_t> choice_missing_;   // [max_tokens * k]
@@ -91,7 +94,7 @@ bool MoePlan::waves(int64_t layer, ExpertProvider* provider, std::span<const Ffn
     const std::span<const int32_t> ids(active_.data() + first, count);
     const std::span<const FfnWeights*> views(views_.data() + first, count);
     if (provider != nullptr) {
-      provider->acquire(layer, ids, views);
+      provider->acquire(layer, ids, std::span<const float>(active_weight_.data() + first, count), views);
     } else {
       for (size_t i = 0; i < count; ++i) views[i] = &bound[size_t(ids[i])];
     }

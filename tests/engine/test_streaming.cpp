@@ -14,7 +14,9 @@
 #include "chronos/expert_streamer.h"
 #include "chronos/generate.h"
 #include "chronos/pack.h"
+#include "chronos/model_runner.h"
 #include "chronos/pack_format.h"
+#include "chronos/perplexity.h"
 #include "chronos/predictors.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
@@ -328,6 +330,174 @@ TEST_F(StreamingErrors, FlippedByteIsAnErrorInFallbackModeToo) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
   EXPECT_THROW(streamer.begin_step(), Error);
+}
+
+
+// --on-miss lowbit: the pack's low-bit copies stand in for experts whose reads are late.
+class LowbitMisses : public Streaming {
+ protected:
+  fs::path pack_with_copies(const fs::path& dir, DType lowbit_type) {
+    PackOptions options;
+    options.lowbit_type = lowbit_type;
+    return pack(dir, options);
+  }
+  static int64_t lowbit_bytes(const fs::path& packed) { return PackManifest::load(packed).lowbit->bytes; }
+
+  // Teacher-forced quality of the pack under `options` against the checkpoint itself.
+  PerplexityResult meter(const fs::path& checkpoint, const fs::path& packed, const StreamerOptions& options,
+                         StreamerStats* stats) {
+    const auto exact = Model::load(checkpoint);
+    const auto model = Model::load(packed);
+    const Tokenizer tokenizer = Tokenizer::load(checkpoint);
+    std::vector<int32_t> text;
+    for (int i = 0; i < 6; ++i) {
+      const auto ids = tokenizer.encode("The river keeps its own time, and the mill by the water turns; "
+                                        "int main() { return 0; } Le moulin tourne toujours. ", false);
+      text.insert(text.end(), ids.begin(), ids.end());
+    }
+    ThreadPool pool(2);
+    auto backend = make_cpu_backend();
+    ExpertStreamer streamer(*model, packed, *backend, options);
+    PerplexityOptions po;
+    po.n_ctx = 32;
+    po.max_windows = 4;
+    po.n_vocab = model->config().n_vocab;
+    const auto runner = make_cpu_runner(*model, pool, po.n_ctx, 8, streamer.hooks());
+    const auto reference = make_cpu_runner(*exact, pool, po.n_ctx, 8, {});
+    const PerplexityResult result = measure_perplexity(text, po, {runner.get(), &streamer}, {reference.get(), nullptr});
+    *stats = streamer.stats();
+    return result;
+  }
+};
+
+TEST_P(LowbitMisses, CopiesOfTheExpertsOwnTypeAreExactAndNothingWaits) {
+  const fs::path dir = fixture(GetParam());
+  const auto resident = generate(dir, nullptr);
+  // Copies in the experts' own type: every stand-in computes the very same bytes.
+  const fs::path packed = pack_with_copies(dir, Model::load(dir)->sizes().expert_dtype);
+  StreamerOptions options;
+  options.budget_bytes = lowbit_bytes(packed) + slot_bytes(packed) * 3;
+  options.on_miss = OnMiss::kLowbit;
+  options.prefetch.io_latency_ms = 5;  // every read arrives late
+  StreamerStats stats;
+  EXPECT_EQ(generate(packed, &options, &stats), resident);
+  EXPECT_EQ(stats.waits, 0);
+  EXPECT_EQ(stats.stall_seconds, 0.0);
+  EXPECT_EQ(stats.fallbacks, 0);
+  EXPECT_GT(stats.lowbit, 0);
+  EXPECT_EQ(stats.lowbit, stats.lookups - stats.hits);
+  EXPECT_LE(stats.cache.peak_bytes, options.budget_bytes - lowbit_bytes(packed)) << "the copies count in the budget";
+}
+
+TEST_P(LowbitMisses, WaitAboveZeroWaitsForEveryMissLikeWaitMode) {
+  const fs::path dir = fixture(GetParam());
+  const auto resident = generate(dir, nullptr);
+  const fs::path packed = pack_with_copies(dir, DType::kQ8_0);
+  StreamerOptions options;
+  options.budget_bytes = lowbit_bytes(packed) + slot_bytes(packed) * 3;
+  options.on_miss = OnMiss::kLowbit;
+  options.wait_above = 0.0f;  // every routing weight is at least 0: the rule always waits
+  StreamerStats stats;
+  EXPECT_EQ(generate(packed, &options, &stats), resident);
+  EXPECT_EQ(stats.lowbit, 0);
+  EXPECT_GT(stats.waits, 0);
+}
+
+TEST_P(LowbitMisses, Q8CopiesAreFarCloserToExactThanTheFallback) {
+  const fs::path dir = fixture(GetParam());
+  const fs::path packed = pack_with_copies(dir, DType::kQ8_0);
+  StreamerOptions options;
+  options.prefetch.io_latency_ms = 5;
+  options.on_miss = OnMiss::kFallback;
+  options.budget_bytes = slot_bytes(packed) * 3;
+  StreamerStats fallback_stats, lowbit_stats;
+  const PerplexityResult fallback = meter(dir, packed, options, &fallback_stats);
+  options.on_miss = OnMiss::kLowbit;
+  options.budget_bytes += lowbit_bytes(packed);  // the same slots, plus the copies
+  const PerplexityResult lowbit = meter(dir, packed, options, &lowbit_stats);
+  EXPECT_GT(fallback_stats.fallbacks, 0);
+  EXPECT_GT(lowbit_stats.lowbit, 0);
+  EXPECT_EQ(lowbit_stats.waits, 0);
+  EXPECT_LT(lowbit.mean_kl() * 10, fallback.mean_kl()) << "lowbit " << lowbit.mean_kl() << ", fallback "
+                                                       << fallback.mean_kl();
+  EXPECT_GE(lowbit.top1_agreement(), 0.9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LowbitMisses, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32"));
+
+TEST_F(StreamingErrors, LowbitWithoutCopiesOrBudgetIsRefused) {
+  const fs::path dir = fixture("mixtral-f32");
+  StreamerOptions options;
+  options.on_miss = OnMiss::kLowbit;
+  options.budget_bytes = int64_t(1) << 30;
+  const fs::path plain = pack(dir);
+  EXPECT_THROW(
+      {
+        try {
+          generate(plain, &options);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("--lowbit-type"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  fs::remove_all(plain);
+  PackOptions with_copies;
+  with_copies.lowbit_type = DType::kQ8_0;
+  const fs::path packed = pack(dir, with_copies);
+  options.budget_bytes = PackManifest::load(packed).lowbit->bytes;  // the copies alone: no slot left
+  try {
+    generate(packed, &options);
+    FAIL() << "no error";
+  } catch (const BudgetTooSmall& e) {
+    EXPECT_NE(std::string(e.what()).find("low-bit copies"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(StreamingErrors, CorruptOrMissingLowbitCopiesAreNamed) {
+  const fs::path dir = fixture("qwen2_moe-f32");
+  PackOptions with_copies;
+  with_copies.lowbit_type = DType::kQ8_0;
+  const fs::path packed = pack(dir, with_copies);
+  const PackManifest manifest = PackManifest::load(packed);
+  ASSERT_TRUE(manifest.lowbit);
+  EXPECT_EQ(manifest.lowbit->dtype, "Q8_0");
+  EXPECT_EQ(manifest.lowbit->experts.size(), manifest.experts.size());
+  const PackedExpert& victim = manifest.lowbit->experts.begin()->second;
+  EXPECT_EQ(victim.gate.dtype, DType::kQ8_0);
+
+  StreamerOptions options;
+  options.on_miss = OnMiss::kLowbit;
+  options.budget_bytes = int64_t(1) << 30;
+  flip_byte(packed / "lowbit.ctsr", victim.down.offset + 7, 0x20);
+  try {
+    generate(packed, &options);
+    FAIL() << "the corrupt copy was not detected";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("lowbit.ctsr"), std::string::npos) << message;
+    EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+  }
+  flip_byte(packed / "lowbit.ctsr", victim.down.offset + 7, 0x20);  // repaired
+
+  // A manifest that lists one copy less, and a truncated copies file: refused at load.
+  const fs::path manifest_path = packed / kManifestFileName;
+  std::ifstream in(manifest_path);
+  nlohmann::json json = nlohmann::json::parse(in);
+  in.close();
+  const nlohmann::json saved = json;
+  json["lowbit"]["experts"].erase(json["lowbit"]["experts"].begin());
+  std::ofstream(manifest_path) << json.dump();
+  EXPECT_THROW(PackManifest::load(packed), Error);
+  std::ofstream(manifest_path) << saved.dump();
+  EXPECT_NO_THROW(PackManifest::load(packed));
+  fs::resize_file(packed / "lowbit.ctsr", fs::file_size(packed / "lowbit.ctsr") - 4096);
+  try {
+    PackManifest::load(packed);
+    FAIL() << "a truncated lowbit.ctsr was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lowbit.ctsr"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ class TestProvider : public ExpertProvider {
     zero_.up = zero_.gate;
     zero_.down = WeightView{zero_down_.data(), DType::kF32, c.n_embd, c.n_ff_expert};
   }
-  void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const FfnWeights*> views) override {
+  void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const float>,
+               std::span<const FfnWeights*> views) override {
     for (size_t i = 0; i < experts.size(); ++i) {
       views[i] = hidden_(layer, experts[i]) ? nullptr
                  : zeroed_(layer, experts[i]) ? &zero_
