@@ -18,6 +18,7 @@
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "cli/commands.h"
+#include "cli/open_tokenizer.h"
 #include "cli/flags.h"
 #include "cli/streaming_flags.h"
 
@@ -95,7 +96,7 @@ int run_perplexity(const PerplexityArgs& args) {
     if (!std::filesystem::exists(text_path)) throw UsageError("-f/--text is required (a text file or a prompts .jsonl)");
   }
   const std::string text = read_text(text_path);
-  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const Tokenizer tokenizer = open_tokenizer(dir);
   const std::vector<int32_t> tokens = tokenizer.encode(text, false);
 
   warn_if_oversubscribed(args.threads);
@@ -131,8 +132,7 @@ int run_perplexity(const PerplexityArgs& args) {
                100.0 * r.top1_agreement());
   if (model.streamer) {
     const StreamerStats s = model.streamer->stats();
-    fmt::print("experts: {} lookups, {:.1f}% hits, {} low-bit, {} fallbacks, {} waits, stalled {:.1f} ms\n", s.lookups,
-               100.0 * double(s.hits) / double(std::max<int64_t>(1, s.lookups)), s.lowbit, s.fallbacks, s.waits,
+    fmt::print("experts: {} lookups, {} fallbacks, {} waits, stalled {:.1f} ms\n", s.lookups, s.fallbacks, s.waits,
                s.stall_seconds * 1e3);
   }
   if (!args.json.empty()) {
@@ -148,8 +148,7 @@ int run_perplexity(const PerplexityArgs& args) {
     }
     if (model.streamer) {
       const StreamerStats s = model.streamer->stats();
-      j["experts"] = {{"lookups", s.lookups}, {"hits", s.hits}, {"lowbit", s.lowbit}, {"fallbacks", s.fallbacks},
-                      {"waits", s.waits}, {"bytes_read", s.prefetch.bytes_read},
+      j["experts"] = {{"lookups", s.lookups}, {"fallbacks", s.fallbacks}, {"waits", s.waits},
                       {"stall_seconds", s.stall_seconds}};
     }
     write_file_atomically(args.json, j.dump(2) + "\n");
