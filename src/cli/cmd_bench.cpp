@@ -141,7 +141,8 @@ int run_bench(const BenchArgs& args) {
   }
   for (const StreamingFlags& one : combinations) {
     Config cfg{"", one, streamer_options(one, expert_bytes), false};
-    cfg.label = fmt::format("cache {} {} prefetch {}{}{}", one.expert_cache, one.on_miss, one.prefetch,
+    cfg.label = fmt::format("cache {} {}{} prefetch {}{}{}", one.expert_cache, one.on_miss,
+                            one.wait_above.empty() ? "" : ">" + one.wait_above, one.prefetch,
                             cfg.options.prefetch.io_latency_ms > 0 ? fmt::format(" +{}ms", one.io_latency_ms) : "",
                             evictions.size() > 1 ? " " + one.eviction : "");
     configs.push_back(cfg);
@@ -179,7 +180,7 @@ int run_bench(const BenchArgs& args) {
     r.budget_bytes = cfg.resident ? streamer.n_slots() * streamer.cache().slot_bytes() : so.budget_bytes;
     const StreamerStats before = streamer.stats();
     const double copies_before = backend->copy_seconds();
-    const bool teacher_forced = cfg.options.on_miss == OnMiss::kFallback && !exact_tokens[0].empty();
+    const bool teacher_forced = cfg.options.on_miss != OnMiss::kWait && !exact_tokens[0].empty();
     for (size_t p = 0; p < prompts.size(); ++p) {
       const auto& ids = prompts[p];
       const bool record_exact = cfg.resident && need_exact;
@@ -231,7 +232,7 @@ int run_bench(const BenchArgs& args) {
   fmt::print(stderr, "\nchronos bench: {} ({} prompts x {} tokens, {} threads, io {}, device {})\n", dir.string(),
              prompts.size(), args.n_predict, pool.size(), lists.pread ? "pread" : "io_uring", lists.device);
   fmt::print(stderr, "{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9}\n", "configuration",
-             "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "fallbk%", "read MiB", "read GB/s", "agree%",
+             "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "approx%", "read MiB", "read GB/s", "agree%",
              "mean KL");
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> labels;
@@ -244,20 +245,22 @@ int run_bench(const BenchArgs& args) {
     // The all-resident row is the reference itself: it agrees with itself by definition.
     const bool compared = r.compared > 0 || r.config.resident;
     const double agree = r.compared > 0 ? 100.0 * double(r.agree) / double(r.compared) : compared ? 100.0 : 0.0;
-    const bool fallback = r.config.options.on_miss == OnMiss::kFallback;
-    const bool has_kl = fallback && r.compared > 0;
+    const bool approximate = r.config.options.on_miss != OnMiss::kWait;
+    const bool has_kl = approximate && r.compared > 0;
     const double mean_kl = has_kl ? r.kl_sum / double(r.compared) : 0.0;
     fmt::print(stderr, "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7} {:>9}\n",
                r.config.label, decode_tps, 1e3 * r.ttft_seconds / double(prompts.size()),
                1e3 * percentile(r.step_seconds, 0.5), 1e3 * percentile(r.step_seconds, 0.99), r.stats.stall_seconds,
-               100.0 * double(r.stats.hits) / lookups, 100.0 * double(r.stats.fallbacks) / lookups,
+               100.0 * double(r.stats.hits) / lookups, 100.0 * double(r.stats.fallbacks + r.stats.lowbit) / lookups,
                double(r.stats.prefetch.bytes_read) / (1 << 20), read_gbps,
                compared ? fmt::format("{:.1f}", agree) : "-", has_kl ? fmt::format("{:.4f}", mean_kl) : "-");
     labels.push_back(r.config.label);
     tps.values.push_back(decode_tps);
     stall.values.push_back(r.stats.stall_seconds);
     out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.flags.expert_cache},
-                   {"budget_bytes", r.budget_bytes}, {"on_miss", fallback ? "fallback" : "wait"},
+                   {"budget_bytes", r.budget_bytes}, {"on_miss", r.config.resident ? std::string("wait") : r.config.flags.on_miss},
+                   {"wait_above", r.config.options.wait_above ? nlohmann::json(*r.config.options.wait_above)
+                                                              : nlohmann::json(nullptr)},
                    {"prefetch", r.config.flags.prefetch}, {"io_latency_ms", r.config.options.prefetch.io_latency_ms},
                    {"eviction", r.config.flags.eviction},
                    {"all_resident", r.config.resident}, {"decode_tokens_per_second", decode_tps},
@@ -267,7 +270,8 @@ int run_bench(const BenchArgs& args) {
                    {"token_latency_p99_seconds", percentile(r.step_seconds, 0.99)},
                    {"stall_seconds", r.stats.stall_seconds}, {"lookups", r.stats.lookups}, {"hits", r.stats.hits},
                    {"hits_loading", r.stats.hits_loading}, {"misses", r.stats.misses},
-                   {"fallbacks", r.stats.fallbacks}, {"bytes_read", r.stats.prefetch.bytes_read},
+                   {"fallbacks", r.stats.fallbacks}, {"lowbit", r.stats.lowbit},
+                   {"bytes_read", r.stats.prefetch.bytes_read},
                    {"prefetch_requests", r.stats.predicted}, {"predict_seconds", r.stats.predict_seconds},
                    {"cache_protected_skips", r.stats.cache.protected_skips},
                    {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
@@ -276,8 +280,8 @@ int run_bench(const BenchArgs& args) {
                    {"device_waits", r.stats.device_waits}, {"copies", r.stats.prefetch.copies},
                    {"copy_seconds", r.copy_seconds},
                    {"tokens_identical_to_exact",
-                    fallback || !compared ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
-    if (!fallback && !r.config.resident && compared && !r.identical)
+                    approximate || !compared ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
+    if (!approximate && !r.config.resident && compared && !r.identical)
       spdlog::error("{}: wait mode produced other tokens than the exact run", r.config.label);
   }
   if (!args.json.empty()) write_file_atomically(args.json, out.dump(2) + "\n");

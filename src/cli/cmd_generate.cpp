@@ -196,10 +196,10 @@ int run_generate(const GenerateArgs& args) {
   if (streamer) {
     const StreamerStats ss = streamer->stats();
     fmt::print(stderr,
-               "chronos: experts: {} lookups, {:.1f}% hits, {} misses, {} fallbacks, stalled {:.1f} ms on I/O, "
+               "chronos: experts: {} lookups, {:.1f}% hits, {} misses, {} fallbacks, {} low-bit, stalled {:.1f} ms on I/O, "
                "read {:.1f} MiB in {} reads ({}), cache {} slots\n",
                ss.lookups, 100.0 * double(ss.hits) / double(std::max<int64_t>(1, ss.lookups)), ss.misses, ss.fallbacks,
-               ss.stall_seconds * 1e3, double(ss.prefetch.bytes_read) / (1 << 20), ss.prefetch.reads,
+               ss.lowbit, ss.stall_seconds * 1e3, double(ss.prefetch.bytes_read) / (1 << 20), ss.prefetch.reads,
                streamer->prefetcher().io_backend(), streamer->n_slots());
   }
   fmt::print(stderr,
@@ -235,7 +235,8 @@ int run_generate(const GenerateArgs& args) {
     if (streamer) {
       const StreamerStats ss = streamer->stats();
       j["experts"] = {{"lookups", ss.lookups}, {"hits", ss.hits}, {"hits_loading", ss.hits_loading},
-                      {"misses", ss.misses}, {"fallbacks", ss.fallbacks}, {"stall_seconds", ss.stall_seconds},
+                      {"misses", ss.misses}, {"fallbacks", ss.fallbacks}, {"lowbit", ss.lowbit},
+                      {"stall_seconds", ss.stall_seconds},
                       {"bytes_read", ss.prefetch.bytes_read}, {"reads", ss.prefetch.reads},
                       {"cache_slots", streamer->n_slots()}, {"peak_cache_bytes", ss.cache.peak_bytes},
                       {"budget_bytes", streamer->cache().budget_bytes()}, {"device_waits", ss.device_waits},

@@ -132,7 +132,8 @@ int run_perplexity(const PerplexityArgs& args) {
                100.0 * r.top1_agreement());
   if (model.streamer) {
     const StreamerStats s = model.streamer->stats();
-    fmt::print("experts: {} lookups, {} fallbacks, {} waits, stalled {:.1f} ms\n", s.lookups, s.fallbacks, s.waits,
+    fmt::print("experts: {} lookups, {:.1f}% hits, {} low-bit, {} fallbacks, {} waits, stalled {:.1f} ms\n", s.lookups,
+               100.0 * double(s.hits) / double(std::max<int64_t>(1, s.lookups)), s.lowbit, s.fallbacks, s.waits,
                s.stall_seconds * 1e3);
   }
   if (!args.json.empty()) {
@@ -148,7 +149,8 @@ int run_perplexity(const PerplexityArgs& args) {
     }
     if (model.streamer) {
       const StreamerStats s = model.streamer->stats();
-      j["experts"] = {{"lookups", s.lookups}, {"fallbacks", s.fallbacks}, {"waits", s.waits},
+      j["experts"] = {{"lookups", s.lookups}, {"hits", s.hits}, {"lowbit", s.lowbit}, {"fallbacks", s.fallbacks},
+                      {"waits", s.waits}, {"bytes_read", s.prefetch.bytes_read},
                       {"stall_seconds", s.stall_seconds}};
     }
     write_file_atomically(args.json, j.dump(2) + "\n");
