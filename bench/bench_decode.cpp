@@ -1,8 +1,10 @@
 // Decode throughput against the memory-bandwidth limit, measured side by side in one run:
-// limit = bytes of weights touched per token / measured read bandwidth (same thread count).
-//   chronos_bench_decode -m MODEL [-n TOKENS] [--threads 1,2] [--json FILE]
+// limit = bytes of weights touched per token / measured read bandwidth (same thread count), and
+// prefill throughput of a prompt at several batch sizes (the -b of chronos generate).
+//   chronos_bench_decode -m MODEL [-n TOKENS] [--threads 1,2] [--prompt 128] [--batches 32,64,128]
+//                        [--json FILE]
 // MODEL is a checkpoint, or a pack (chronos pack, any --expert-type) whose experts are all read
-// into the expert cache first: the resident run of that weight type.
+// into the expert cache first: the resident run of that weight type. --prompt 0 skips prefill.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -29,8 +31,9 @@ double now_seconds() {
 int64_t bytes_of(const WeightView& w) { return w.rows * dtype_row_bytes(w.dtype, w.cols); }
 
 // Reads a buffer far larger than the caches with every thread of the pool, as dot products
-// against a block of ones (in L1) and as an F32 matrix-vector product, and returns the best rate
-// of `repeats` tries in bytes per second.
+// against a block of ones (in L1) and as the matrix-vector products of the decode (F32, BF16 and
+// Q8_0 weights over the same bytes), and returns the best rate of `repeats` tries of any of them in
+// bytes per second: the read bandwidth the best kernel reaches, so the limit is never understated.
 double read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int repeats) {
   constexpr int64_t kBlock = 8192;  // 32 KiB of ones: stays in L1/L2
   const std::vector<float> ones(kBlock, 1.0f);
@@ -47,14 +50,17 @@ double read_bandwidth(ThreadPool& pool, const std::vector<float>& buffer, int re
     best = std::max(best, double(n_blocks * kBlock) * sizeof(float) / (now_seconds() - start));
   }
   if (sums[0] == -1.0) fmt::print(stderr, " ");  // keep the sums alive
-  // The same bytes read as an F32 matrix-vector product, the best streaming-read kernel we have:
-  // the bandwidth reference is the faster of the two, so the limit is never understated.
-  const WeightView as_matrix{buffer.data(), DType::kF32, n_blocks * 8, kBlock / 8};
-  std::vector<float> x(size_t(kBlock / 8), 1.0f), y(size_t(n_blocks * 8));
-  for (int r = 0; r < repeats; ++r) {
-    const double start = now_seconds();
-    ops::matmul(y.data(), x.data(), as_matrix, 1, pool);
-    best = std::max(best, double(n_blocks * kBlock) * sizeof(float) / (now_seconds() - start));
+  // The same bytes as weight matrices (1.0f is finite as BF16 halves and as Q8_0 scales and levels).
+  const int64_t bytes = n_blocks * kBlock * int64_t(sizeof(float)), cols = 1024;
+  std::vector<float> x(size_t(cols), 1.0f), y(size_t(bytes / cols));
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0}) {
+    const int64_t rows = bytes / dtype_row_bytes(dtype, cols);
+    const WeightView as_matrix{buffer.data(), dtype, rows, cols};
+    for (int r = 0; r < repeats; ++r) {
+      const double start = now_seconds();
+      ops::matmul(y.data(), x.data(), as_matrix, 1, pool);
+      best = std::max(best, double(rows * dtype_row_bytes(dtype, cols)) / (now_seconds() - start));
+    }
   }
   return best;
 }
@@ -87,9 +93,13 @@ int main(int argc, char** argv) {
   std::string model_dir, json_path;
   int64_t n_tokens = 64;
   std::vector<int> thread_counts = {1, available_cpus()};
+  int64_t prompt_tokens = 128;
+  std::vector<int64_t> batch_sizes = {32, 64, 128};
   app.add_option("-m,--model", model_dir, "Model folder")->required();
   app.add_option("-n,--tokens", n_tokens, "Decode steps per measurement")->capture_default_str();
   app.add_option("--threads", thread_counts, "Thread counts to measure")->delimiter(',');
+  app.add_option("--prompt", prompt_tokens, "Prompt tokens per prefill measurement (0: none)")->capture_default_str();
+  app.add_option("--batches", batch_sizes, "Prefill batch sizes (tokens per forward step)")->delimiter(',');
   app.add_option("--json", json_path, "Write the results as JSON");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -146,9 +156,11 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     fmt::print("model {} ({}): {} layers, {} experts top-{}, expert dtype {}\n", model_dir, c.arch_name(), c.n_layer,
                c.n_expert, c.n_expert_used, dtype_name(model->sizes().expert_dtype));
-    fmt::print("limit = bytes touched per token / read bandwidth (the stricter bound; memcpy copies less)\n");
-    fmt::print("{:>7} {:>10} {:>10} {:>10} {:>12} {:>13} {:>9}\n", "threads", "read GB/s", "copy GB/s", "MB/token",
-               "limit tok/s", "decode tok/s", "of limit");
+    fmt::print("limit = bytes touched per token / read bandwidth (the best of a sum and the F32, BF16 and Q8_0 matvecs)\n");
+    std::string prefill_header;
+    for (int64_t b : batch_sizes) prefill_header += fmt::format(" {:>12}", fmt::format("prefill b{}", b));
+    fmt::print("{:>7} {:>10} {:>10} {:>10} {:>12} {:>13} {:>9}{}\n", "threads", "read GB/s", "copy GB/s", "MB/token",
+               "limit tok/s", "decode tok/s", "of limit", prompt_tokens > 0 ? prefill_header : "");
     for (int threads : thread_counts) {
       ThreadPool pool(threads);
       const double bandwidth = read_bandwidth(pool, buffer, 8);
@@ -171,12 +183,30 @@ int main(int argc, char** argv) {
       const double per_token = double(touched.dense) + double(routed_bytes) / std::max(routed_tokens, 1.0);
       const double limit = bandwidth / per_token;
       const double rate = double(n_tokens) / seconds;
-      fmt::print("{:>7} {:>10.2f} {:>10.2f} {:>10.1f} {:>12.2f} {:>13.2f} {:>8.1f}%\n", threads, bandwidth / 1e9,
-                 copy / 1e9, per_token / 1e6, limit, rate, 100.0 * rate / limit);
+      // Prefill: the prompt (tokens 1..prompt, all within the vocabulary) from position 0 into an
+      // empty cache, in forward steps of `b` tokens, logits of the last token only (as generate).
+      nlohmann::json prefill = nlohmann::json::object();
+      std::string prefill_text;
+      if (prompt_tokens > 0) {
+        std::vector<int32_t> tokens(static_cast<size_t>(prompt_tokens));
+        for (int64_t i = 0; i < prompt_tokens; ++i) tokens[size_t(i)] = int32_t(1 + i % (c.n_vocab - 1));
+        for (int64_t b : batch_sizes) {
+          KvCache prefill_kv(c, prompt_tokens + 8);
+          auto prefill_scratch = model->make_scratch(b, prefill_kv.n_ctx());
+          const double prefill_start = now_seconds();
+          model->forward(tokens, 0, prefill_kv, *prefill_scratch, pool, logits.data(), false, hooks);
+          const double prefill_rate = double(prompt_tokens) / (now_seconds() - prefill_start);
+          prefill[std::to_string(b)] = prefill_rate;
+          prefill_text += fmt::format(" {:>12.2f}", prefill_rate);
+        }
+      }
+      fmt::print("{:>7} {:>10.2f} {:>10.2f} {:>10.1f} {:>12.2f} {:>13.2f} {:>8.1f}%{}\n", threads, bandwidth / 1e9,
+                 copy / 1e9, per_token / 1e6, limit, rate, 100.0 * rate / limit, prefill_text);
       results.push_back({{"threads", threads}, {"read_bandwidth_bytes_per_second", bandwidth},
                          {"copy_bandwidth_bytes_per_second", copy},
                          {"bytes_per_token", per_token}, {"limit_tokens_per_second", limit},
-                         {"decode_tokens_per_second", rate}, {"fraction_of_limit", rate / limit}});
+                         {"decode_tokens_per_second", rate}, {"fraction_of_limit", rate / limit},
+                         {"prompt_tokens", prompt_tokens}, {"prefill_tokens_per_second_by_batch", prefill}});
     }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
   } catch (const Error& e) {
