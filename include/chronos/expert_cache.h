@@ -57,6 +57,13 @@ struct CacheStats {
                                 // policy would have evicted first (or found only protected ones)
   int64_t peak_bytes = 0;       // highest resident_bytes() seen
   int64_t hits_loading = 0;     // acquire found the expert still loading (not in `hits`)
+  // Where the loads went: a load for a demand (begin_load's evict_protected) or for a prediction
+  // (a prefetch), and what became of the prefetches: acquired at least once while resident or
+  // loading (used), or evicted before any acquire (wasted: their bytes bought nothing).
+  int64_t demand_loads = 0;
+  int64_t prefetch_loads = 0;
+  int64_t prefetch_used = 0;
+  int64_t prefetch_wasted = 0;
 };
 
 class ExpertCache {
@@ -143,6 +150,8 @@ class ExpertCache {
     ExpertKey key{-1, -1};
     SlotState state = SlotState::kEmpty;
     bool orphaned = false;  // aborted while pinned: reserved for `key`, not resident
+    bool prefetched = false;  // loaded for a prediction, not a demand
+    bool used = false;        // acquired since it was loaded
     int32_t pins = 0;
     uint64_t last_use = 0;
     bool ranked = false;  // present in order_ under `rank`

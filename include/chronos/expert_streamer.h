@@ -58,6 +58,8 @@ struct StreamerStats {
   int64_t misses = 0;         // not resident and not being read
   int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
   int64_t lowbit = 0;         // lookups answered with the expert's low-bit copy (lowbit mode)
+  int64_t lookup_bytes = 0;   // full-precision bytes of every lookup's expert
+  int64_t hit_bytes = 0;      // of those, resident when asked (the byte hit rate's numerator)
   int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
   int64_t device_waits = 0;   // lookups whose copy was still running, left to the compute stream
                               // to wait for (device compute only)
@@ -101,6 +103,8 @@ class ExpertStreamer final : public ExpertProvider {
   SharedExpertCache& cache() { return *cache_; }
   const PackManifest& manifest() const { return manifest_; }
   StreamerStats stats() const;
+  // Bytes of one expert extent (what one read and one slot hold).
+  int64_t extent_bytes() const { return cache_->slot_bytes(); }
   int64_t n_slots() const { return cache_->n_slots(); }
   // Bytes of the resident low-bit copies (0 unless --on-miss lowbit), inside the budget.
   int64_t lowbit_bytes() const { return int64_t(lowbit_buffer_.bytes); }

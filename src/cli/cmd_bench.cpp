@@ -56,6 +56,7 @@ struct Result {
   double copy_seconds = 0;          // staging -> VRAM copy time (CUDA), timed on the copy stream
   double kl_sum = 0;
   bool identical = true;            // free-running tokens equal the exact run's
+  int64_t extent_bytes = 0;         // one expert extent of the pack
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -225,6 +226,7 @@ int run_bench(const BenchArgs& args) {
     r.stats.prefetch.bytes_read -= before.prefetch.bytes_read;
     r.stats.prefetch.busy_seconds -= before.prefetch.busy_seconds;
     r.stats.predicted -= before.predicted;
+    r.extent_bytes = streamer.extent_bytes();
     results.push_back(std::move(r));
   }
 
@@ -281,6 +283,7 @@ int run_bench(const BenchArgs& args) {
                    {"copy_seconds", r.copy_seconds},
                    {"tokens_identical_to_exact",
                     approximate || !compared ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
+    out.back()["bytes"] = streamer_stats_json(r.stats, r.extent_bytes);
     if (!approximate && !r.config.resident && compared && !r.identical)
       spdlog::error("{}: wait mode produced other tokens than the exact run", r.config.label);
   }

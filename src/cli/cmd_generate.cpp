@@ -234,14 +234,15 @@ int run_generate(const GenerateArgs& args) {
     };
     if (streamer) {
       const StreamerStats ss = streamer->stats();
-      j["experts"] = {{"lookups", ss.lookups}, {"hits", ss.hits}, {"hits_loading", ss.hits_loading},
-                      {"misses", ss.misses}, {"fallbacks", ss.fallbacks}, {"lowbit", ss.lowbit},
-                      {"stall_seconds", ss.stall_seconds},
-                      {"bytes_read", ss.prefetch.bytes_read}, {"reads", ss.prefetch.reads},
-                      {"cache_slots", streamer->n_slots()}, {"peak_cache_bytes", ss.cache.peak_bytes},
-                      {"budget_bytes", streamer->cache().budget_bytes()}, {"device_waits", ss.device_waits},
-                      {"copies", ss.prefetch.copies},
-                      {"staging_bytes", ss.prefetch.staging_buffers * streamer->cache().slot_bytes()}};
+      j["experts"] = streamer_stats_json(ss, streamer->extent_bytes());
+      j["experts"].update({{"reads", ss.prefetch.reads},
+                           {"cache_slots", streamer->n_slots()},
+                           {"peak_cache_bytes", ss.cache.peak_bytes},
+                           {"budget_bytes", streamer->cache().budget_bytes()},
+                           {"lowbit_bytes", streamer->lowbit_bytes()},
+                           {"device_waits", ss.device_waits},
+                           {"copies", ss.prefetch.copies},
+                           {"staging_bytes", ss.prefetch.staging_buffers * streamer->cache().slot_bytes()}});
     }
     write_file_atomically(args.stats_json, j.dump(2) + "\n");
   }

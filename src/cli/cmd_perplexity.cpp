@@ -149,9 +149,7 @@ int run_perplexity(const PerplexityArgs& args) {
     }
     if (model.streamer) {
       const StreamerStats s = model.streamer->stats();
-      j["experts"] = {{"lookups", s.lookups}, {"hits", s.hits}, {"lowbit", s.lowbit}, {"fallbacks", s.fallbacks},
-                      {"waits", s.waits}, {"bytes_read", s.prefetch.bytes_read},
-                      {"stall_seconds", s.stall_seconds}};
+      j["experts"] = streamer_stats_json(s, model.streamer->extent_bytes());
     }
     write_file_atomically(args.json, j.dump(2) + "\n");
   }

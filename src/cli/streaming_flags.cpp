@@ -136,4 +136,29 @@ std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::fil
   }
 }
 
+nlohmann::json streamer_stats_json(const StreamerStats& s, int64_t extent_bytes) {
+  const auto ratio = [](double num, double den) { return den > 0 ? nlohmann::json(num / den) : nlohmann::json(nullptr); };
+  const CacheStats& c = s.cache;
+  const int64_t reads = c.demand_loads + c.prefetch_loads;
+  return {{"lookups", s.lookups},
+          {"hits", s.hits},
+          {"hits_loading", s.hits_loading},
+          {"misses", s.misses},
+          {"waits", s.waits},
+          {"lowbit", s.lowbit},
+          {"fallbacks", s.fallbacks},
+          {"stall_seconds", s.stall_seconds},
+          {"byte_hit_rate", ratio(double(s.hit_bytes), double(s.lookup_bytes))},
+          {"bytes_read", s.prefetch.bytes_read},
+          {"demand_reads", c.demand_loads},
+          {"prefetch_reads", c.prefetch_loads},
+          {"prefetch_used", c.prefetch_used},
+          {"prefetch_wasted", c.prefetch_wasted},
+          {"wasted_prefetch_bytes", c.prefetch_wasted * extent_bytes},
+          {"prefetch_precision", ratio(double(c.prefetch_used), double(c.prefetch_loads))},
+          {"wasted_share_of_reads", ratio(double(c.prefetch_wasted), double(reads))},
+          {"read_bandwidth_bytes_per_second",
+           ratio(double(s.prefetch.bytes_read), s.prefetch.busy_seconds)}};
+}
+
 }  // namespace chronos::cli

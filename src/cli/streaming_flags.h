@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -52,5 +53,12 @@ StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_byt
 std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                                               const StreamerOptions& options, const std::string& expert_cache,
                                               const std::string& pinned_budget);
+
+// Where a streamed run's expert bytes went, as bench --json, generate --stats-json and perplexity
+// --json report it: lookups and their outcomes, the byte hit rate (bytes of looked-up experts that
+// were resident when asked), reads for demands and for predictions, prefetches used and wasted
+// (evicted before any use), prefetch precision (used / prefetched) and the share of all bytes read
+// that was wasted, read bandwidth while reads were in flight.
+nlohmann::json streamer_stats_json(const StreamerStats& stats, int64_t extent_bytes);
 
 }  // namespace chronos::cli

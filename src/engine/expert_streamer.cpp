@@ -210,6 +210,8 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     if (slot.state == SlotState::kEmpty) ++stats_.misses;
     else if (slot.state == SlotState::kLoading) ++stats_.hits_loading;
     else ++stats_.hits;
+    stats_.lookup_bytes += packed.bytes;
+    if (slot.state == SlotState::kReady) stats_.hit_bytes += packed.bytes;
 
     // Whether this expert is worth waiting for in the non-blocking modes (unknown weight: it is).
     const bool heavy = options_.wait_above && (weights.empty() || weights[i] >= *options_.wait_above);

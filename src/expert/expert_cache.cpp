@@ -141,6 +141,10 @@ ExpertCache::Lookup ExpertCache::acquire(ExpertKey key) {
   s.last_use = tick_;
   unrank(slot);
   add_request(key);
+  if (!s.used) {
+    s.used = true;
+    if (s.prefetched) ++stats_.prefetch_used;
+  }
   if (s.state == SlotState::kReady) {
     ++stats_.hits;
   } else {
@@ -194,12 +198,16 @@ std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key, bool e
     unrank(slot);
     index_.erase(victim.key);
     ++stats_.evictions;
+    if (victim.prefetched && !victim.used) ++stats_.prefetch_wasted;
     count_resident(-1);
   }
   Slot& s = slots_[size_t(slot)];
   s.key = key;
   s.state = SlotState::kLoading;
   s.last_use = ++tick_;
+  s.prefetched = !evict_protected;
+  s.used = false;
+  ++(evict_protected ? stats_.demand_loads : stats_.prefetch_loads);
   index_[key] = slot;
   if (policy_ == EvictionPolicy::kLruFrequency) {
     double& score = scores_[key];

@@ -44,6 +44,32 @@ TEST(ExpertCache, BudgetSmallerThanOneSlotIsAnError) {
   }
 }
 
+// Every load is a demand or a prefetch; a prefetch is used once acquired, wasted when evicted first.
+TEST(ExpertCache, PrefetchesAreCountedUsedOrWasted) {
+  auto backend = make_cpu_backend();
+  ExpertCache cache(*backend, {.budget_bytes = 2 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLru});
+  auto prefetch = [&](ExpertKey key) {
+    ASSERT_TRUE(cache.begin_load(key, /*evict_protected=*/false).has_value());
+    cache.finish_load(key);
+  };
+  prefetch(key_of(0));
+  prefetch(key_of(1));
+  touch(cache, key_of(1));  // used
+  touch(cache, key_of(1));  // used again: still one use of one prefetch
+  ASSERT_TRUE(cache.begin_load(key_of(2), /*evict_protected=*/true).has_value());  // a demand evicts 0, never used
+  cache.finish_load(key_of(2));
+  EXPECT_FALSE(present(cache, key_of(0)));
+  touch(cache, key_of(2));
+  prefetch(key_of(3));  // evicts 1, which was used: not wasted
+  EXPECT_FALSE(present(cache, key_of(1)));
+  const CacheStats& s = cache.stats();
+  EXPECT_EQ(s.prefetch_loads, 3);
+  EXPECT_EQ(s.demand_loads, 1);
+  EXPECT_EQ(s.prefetch_used, 1);
+  EXPECT_EQ(s.prefetch_wasted, 1);
+  EXPECT_EQ(s.loads, s.prefetch_loads + s.demand_loads);
+}
+
 TEST(ExpertCache, SlotsAreBudgetOverSlotBytesWithDistinctBuffers) {
   auto backend = make_cpu_backend();
   ExpertCache cache(*backend, {.budget_bytes = 5 * kSlot + 100, .slot_bytes = kSlot});
