@@ -8,10 +8,14 @@
 // Block types (Q8_0 ... Q6_K) stream their quantized bytes, so their matvec GB/s compares with the
 // read limit directly; their benchmarks take an "int8" argument: 0 runs the exact f32-activation
 // path, 1 the 8-bit-activation integer dot (ops::set_block_activation_mode). BM_QuantDotError
-// gives both paths' error against the exact product (docs/quantization.md).
+// gives both paths' error against the exact product (docs/quantization.md). The matvec benchmarks'
+// "of_limit" is their rate over the read limit of the same run (read_limit: the best of the word
+// sum and the BF16 and Q8_0 matvecs over one buffer, per thread count).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -77,6 +81,51 @@ uint64_t sum_words(const uint64_t* words, int64_t begin, int64_t end) {
   return sum;
 }
 
+// The read limit of this run for a thread count: the best rate at which any read kernel here
+// streams a 512 MiB buffer (the word sum, the BF16 and the Q8_0 integer matvec), measured once per
+// thread count and cached. The matvec benchmarks report "of_limit", their rate over it.
+double read_limit(int threads) {
+  static std::vector<double> cache(256, 0.0);
+  double& best = cache[size_t(std::min(threads, 255))];
+  if (best > 0.0) return best;
+  constexpr int64_t kBytes = int64_t(512) << 20, kCols = 1024;
+  const Buffer buffer = make_buffer(kBytes, 0x3c);
+  ThreadPool pool(threads);
+  const auto* words = reinterpret_cast<const uint64_t*>(buffer.get());
+  std::vector<uint64_t> partial(size_t(pool.size()) * 8);
+  const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  for (int r = 0; r < 4; ++r) {
+    const double start = now();
+    pool.run(pool.size(), [&](int64_t chunk) {
+      const int64_t n = kBytes / 8 / 8;
+      partial[size_t(chunk) * 8] = sum_words(words, n * chunk / pool.size() * 8, n * (chunk + 1) / pool.size() * 8);
+    });
+    best = std::max(best, double(kBytes) / (now() - start));
+  }
+  benchmark::DoNotOptimize(partial.data());
+  const auto mode = ops::block_activation_mode();
+  ops::set_block_activation_mode(ops::BlockActivationMode::kInt8);
+  std::vector<float> x(size_t(kCols), 0.5f), y(size_t(kBytes / kCols));
+  for (DType dtype : {DType::kBF16, DType::kQ8_0}) {
+    const int64_t rows = kBytes / dtype_row_bytes(dtype, kCols);
+    const WeightView w{buffer.get(), dtype, rows, kCols};
+    for (int r = 0; r < 4; ++r) {
+      const double start = now();
+      ops::matmul(y.data(), x.data(), w, 1, pool);
+      best = std::max(best, double(rows * dtype_row_bytes(dtype, kCols)) / (now() - start));
+    }
+  }
+  ops::set_block_activation_mode(mode);
+  return best;
+}
+
+// Rate / read limit as a counter (a rate counter of bytes / limit).
+void report_of_limit(benchmark::State& state, int64_t bytes_per_iteration, int threads) {
+  state.counters["of_limit"] = benchmark::Counter(double(bytes_per_iteration) * double(state.iterations()) /
+                                                      read_limit(threads),
+                                                  benchmark::Counter::kIsRate);
+}
+
 void BM_MemoryReadSum(benchmark::State& state) {
   const Buffer buffer = make_buffer(kReadBufferBytes, 1);
   ThreadPool pool(threads_arg(state, 0));
@@ -127,6 +176,7 @@ void BM_Matvec(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * rows * cols * dtype_size(dtype));
+  report_of_limit(state, rows * cols * int64_t(dtype_size(dtype)), pool.size());
   state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " +
                  std::to_string(pool.size()) + " threads");
 }
@@ -181,6 +231,7 @@ void BM_MatvecBlock(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * rows * row_bytes);
+  report_of_limit(state, rows * row_bytes, pool.size());
   state.SetLabel(std::string(dtype_name(dtype)) + " " + mode + " " + isa_name(active_isa()) + " " +
                  std::to_string(pool.size()) + " threads");
 }
@@ -209,7 +260,7 @@ void BM_MatmulBlock(benchmark::State& state) {
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatmulBlock)
-    ->ArgsProduct({{16, 128}, {1, 0}, {0, 1, 5}, {0, 1}})
+    ->ArgsProduct({{16, 32, 128}, {1, 0}, {0, 1, 5, 6}, {0, 1}})
     ->ArgNames({"tokens", "threads", "dtype", "int8"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

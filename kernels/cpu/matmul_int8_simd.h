@@ -329,7 +329,8 @@ inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* c
 }
 
 // Rows [row_begin, row_end) for n_tokens tokens. One token: 4 row streams over 4 contiguous slices
-// (as matvec_block_rows). More: per panel of tokens, each row once per 4 tokens (its blocks stay in
+// (as matvec_block_rows; 4 adjacent rows read as one stream ran at half the rate, 8 streams gained
+// nothing on Q4_K and lost on Q6_K). More: per panel of tokens, each row once per 4 tokens (its blocks stay in
 // L1 across the panel), the tokens left over (fewer than 4) in groups of 4 adjacent rows. A group
 // short of 4 rows repeats its first row and drops the extra results.
 template <class Dot, DType D>
