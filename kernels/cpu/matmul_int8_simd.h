@@ -114,7 +114,7 @@ template <int R, int T>
     return _mm_mul_ps(load_f16x4(blk, at), _mm_set1_ps(dx[0]));
   } else {
     static_assert(R == 1 && T == 4);
-    return _mm_mul_ps(_mm_set1_ps(read_f16(blk[0] + at)), _mm_loadu_ps(dx));
+    return _mm_mul_ps(_mm_set1_ps(read_f16(blk[0] + at)), _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]));
   }
 }
 
