@@ -3,15 +3,18 @@
 //
 // Numerics: for each (row, token) and block, the integer dot of the weights' levels with the
 // activation block's int8 values (times the integer sub-block scales for the K types) is exact,
-// whatever the lane order; the 4 rows of a step are then reduced to 4 int32 sums and the f32 step
+// whatever the lane order; the 4 (row, token) pairs of a step (4 rows x 1 token, or 1 row x 4
+// tokens) are then reduced to 4 int32 sums and the f32 step
 // acc = fma(d_w * d_x, float(isum), acc) [then fma(-(dmin_w * d_x), float(isum_min), acc)] runs on
-// the 4 rows' lanes as explicit FMA instructions (the compiler may fuse a written mul and add, so
+// their 4 lanes as explicit FMA instructions (the compiler may fuse a written mul and add, so
 // the fusion is spelled out). That is matmul_rows_int8_scalar's arithmetic, operation for
 // operation, so every ISA, thread split and batch size gives the same bits.
 //
 // Integer ranges (why nothing saturates): activation levels |x| <= 127; maddubs pairs u8 x s8 are at
 // most 2 * 128 * 127 (Q8_0 with the sign trick), 2 * 63 * 127 (Q6_K); madd by a scale of |s| <= 128
-// stays below 2^23; a K block's scaled sum stays below 2^29.
+// stays below 2^23; a K block's scaled sum stays below 2^29 and its offset term (Q6_K: 32 times
+// the scales times the activation sums) below 2^27, so subtracting it lane-wise before the
+// horizontal sum gives the same int32 as after it.
 #pragma once
 
 #include <immintrin.h>
