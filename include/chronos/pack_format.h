@@ -13,6 +13,7 @@
 #include "chronos/dtype.h"
 #include "chronos/expert_key.h"
 #include "chronos/ops.h"
+#include "chronos/safetensors.h"
 
 namespace chronos {
 
@@ -111,6 +112,8 @@ void verify_expert_bytes(const PackedExpert& expert, const std::string& cluster_
 // every tensor's name, dtype and shape. For a pack folder (it has cluster_manifest.json) it is the
 // fingerprint of the model it was packed from, as recorded in the manifest.
 std::string model_fingerprint(const std::filesystem::path& model_dir);
+// The same hash over a config.json text and a list of tensors (a model read from a GGUF file).
+std::string model_fingerprint(const std::string& config_json, std::span<const TensorInfo* const> tensors);
 // XXH3-64 (hex) of a config.json's canonical form (keys sorted, no whitespace).
 std::string config_fingerprint(const std::filesystem::path& config_path);
 

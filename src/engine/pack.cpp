@@ -11,6 +11,9 @@
 #include <set>
 
 #include "chronos/error.h"
+#include "chronos/gguf.h"
+#include "chronos/model_config.h"
+#include "chronos/tokenizer.h"
 #include "chronos/file_util.h"
 #include "chronos/io_ring.h"
 #include "chronos/pack_format.h"
@@ -146,14 +149,29 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   } guard{tmp};
 
   ThreadPool pool(options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency())));
-  const std::string fingerprint = model_fingerprint(model_dir);
+  // A GGUF file has no folder of side files: its config and tokenizer are written from its
+  // key-values, and the fingerprint hashes that config and the tensors as loaded.
+  const bool from_gguf = is_gguf_path(model_dir);
+  std::string gguf_config;
+  TokenizerFiles gguf_tokenizer;
+  if (from_gguf) {
+    const auto file = GgufFile::open(model_dir);
+    gguf_config = config_json_from_gguf(*file);
+    gguf_tokenizer = tokenizer_files_from_gguf(*file);
+    write_file_atomically(tmp / "config.json", gguf_config);
+    write_file_atomically(tmp / "tokenizer.json", gguf_tokenizer.tokenizer_json);
+    write_file_atomically(tmp / "tokenizer_config.json", gguf_tokenizer.tokenizer_config_json);
+  }
+  const std::vector<const TensorInfo*> all_tensors = model.all_tensors();
+  const std::string fingerprint =
+      from_gguf ? model_fingerprint(gguf_config, all_tensors) : model_fingerprint(model_dir);
   PackManifest manifest;
   manifest.architecture = c.arch_name();
   manifest.num_moe_layers = std::ssize(layers);
   manifest.num_experts = c.n_expert;
   manifest.dtype = std::string(dtype_name(options.expert_type.value_or(model.sizes().expert_dtype)));
   manifest.fingerprint = fingerprint;
-  manifest.config_fingerprint = config_fingerprint(model_dir / "config.json");
+  manifest.config_fingerprint = config_fingerprint((from_gguf ? tmp : model_dir) / "config.json");
   manifest.clustering_method = method_name(options.method);
   manifest.clustering_trace = options.traces ? options.traces->string() : "";
   manifest.clustering_seed = options.seed;
@@ -216,7 +234,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   std::vector<std::vector<std::byte>> dense_storage;
   dense_storage.reserve(convertible.size());
   nlohmann::json quantized = nlohmann::json::object();
-  for (const TensorInfo* t : model.tensors().all()) {
+  for (const TensorInfo* t : all_tensors) {
     if (expert_names.count(t->name)) continue;
     if (options.dense_type && convertible.count(t->name) && !(options.dense_type == t->dtype)) {
       const WeightView source{t->data, t->dtype, t->shape[0], t->shape[1]};
@@ -234,17 +252,26 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
         continue;
       }
     }
-    dense.push_back({t->name, t->dtype, t->shape, std::span<const std::byte>(t->data, size_t(t->n_bytes))});
+    const std::span<const std::byte> bytes(t->data, size_t(t->n_bytes));
+    if (dtype_is_block(t->dtype)) {  // kept as stored (a GGUF file's block-typed matrix)
+      dense.push_back({t->name, DType::kU8, {t->n_bytes}, bytes});
+      quantized[t->name] = {{"dtype", std::string(dtype_name(t->dtype))}, {"shape", t->shape}};
+    } else {
+      dense.push_back({t->name, t->dtype, t->shape, bytes});
+    }
     summary.dense_bytes += t->n_bytes;
   }
   std::map<std::string, std::string> dense_metadata = {{"format", "pt"}, {"chronos_pack_of", fingerprint}};
   if (!quantized.empty()) dense_metadata[kQuantizedTensorsKey] = quantized.dump();
   write_safetensors(tmp / "dense.safetensors", dense, dense_metadata);
 
-  for (const char* name : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                           "chat_template.jinja", "special_tokens_map.json", "README.md"})
-    if (fs::exists(model_dir / name)) fs::copy_file(model_dir / name, tmp / name);
-  if (fs::is_directory(model_dir / "prompts")) fs::copy(model_dir / "prompts", tmp / "prompts", fs::copy_options::recursive);
+  if (!from_gguf) {
+    for (const char* name : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                             "chat_template.jinja", "special_tokens_map.json", "README.md"})
+      if (fs::exists(model_dir / name)) fs::copy_file(model_dir / name, tmp / name);
+    if (fs::is_directory(model_dir / "prompts"))
+      fs::copy(model_dir / "prompts", tmp / "prompts", fs::copy_options::recursive);
+  }
 
   // What inspect reports about the clustering.
   nlohmann::json stats = {{"clusters", plan.clusters.size()},

@@ -435,17 +435,20 @@ std::string model_fingerprint(const fs::path& model_dir) {
     return root["model"]["fingerprint"].get<std::string>();
   }
   const fs::path config_path = model_dir / "config.json";
-  nlohmann::json config;
+  const TensorStore store = TensorStore::open(model_dir);
+  const std::vector<const TensorInfo*> tensors = store.all();
   try {
-    config = nlohmann::json::parse(read_text(config_path));
+    return model_fingerprint(read_text(config_path), tensors);
   } catch (const nlohmann::json::exception& e) {
     throw_error("{}: not valid JSON: {}", config_path.string(), e.what());
   }
+}
+
+std::string model_fingerprint(const std::string& config_json, std::span<const TensorInfo* const> tensors) {
   // nlohmann::json keeps object keys sorted, so dump() is canonical whatever the file's key order
   // or whitespace.
-  std::string text = config.dump();
-  const TensorStore store = TensorStore::open(model_dir);
-  for (const TensorInfo* tensor : store.all())
+  std::string text = nlohmann::json::parse(config_json).dump();
+  for (const TensorInfo* tensor : tensors)
     text += fmt::format("\n{} {} {}", tensor->name, dtype_name(tensor->dtype), shape_string(tensor->shape));
   const XXH128_hash_t hash = XXH3_128bits(text.data(), text.size());
   return fmt::format("{:016x}{:016x}", hash.high64, hash.low64);
