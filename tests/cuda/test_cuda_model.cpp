@@ -157,11 +157,12 @@ class CudaStreaming : public ::testing::Test {
   // The fixture packed as `chronos pack` does, its experts and dense matrices converted when asked
   // (--expert-type / --dense-type).
   fs::path pack(const std::string& name, std::optional<DType> expert_type = std::nullopt,
-                std::optional<DType> dense_type = std::nullopt) {
+                std::optional<DType> dense_type = std::nullopt, std::optional<DType> lowbit_type = std::nullopt) {
     PackOptions options;
     options.method = ClusterMethod::kNone;
     options.expert_type = expert_type;
     options.dense_type = dense_type;
+    options.lowbit_type = lowbit_type;
     const fs::path out = work_ / (expert_type ? name + "-" + std::string(dtype_name(*expert_type)) : name);
     write_pack(*Model::load(fixture(name)), fixture(name), out, options, [](int64_t, int64_t) {});
     return out;
@@ -226,6 +227,30 @@ TEST_F(CudaStreaming, FallbackNeverBlocksTheHost) {
   EXPECT_EQ(stats.waits, 0);
   EXPECT_EQ(stats.stall_seconds, 0.0);
   EXPECT_GT(stats.fallbacks, 0);
+}
+
+// --on-miss lowbit on the device: the copies are uploaded to VRAM once and stand in for late
+// experts without the host waiting. Copies in the experts' own type compute the same bytes, so the
+// tokens are those of the all-in-VRAM run.
+TEST_F(CudaStreaming, LowbitCopiesInVramStandInWithoutBlockingTheHost) {
+  REQUIRE_CUDA(backend);
+  const auto resident = generate(*backend, fixture("qwen2_moe-bf16"), nullptr);
+  const fs::path packed = pack("qwen2_moe-bf16", std::nullopt, std::nullopt, DType::kBF16);
+  const PackManifest manifest = PackManifest::load(packed);
+  ASSERT_TRUE(manifest.lowbit);
+  int64_t slot = 0;
+  for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
+  StreamerOptions so;
+  so.budget_bytes = manifest.lowbit->bytes + slot * 3;
+  so.on_miss = OnMiss::kLowbit;
+  so.prefetch.io_latency_ms = 5;
+  so.prefetch.staging_bytes = slot * 2;
+  StreamerStats stats;
+  EXPECT_EQ(generate(*backend, packed, &so, &stats), resident);
+  EXPECT_EQ(stats.waits, 0);
+  EXPECT_EQ(stats.stall_seconds, 0.0);
+  EXPECT_GT(stats.lowbit, 0);
+  EXPECT_LE(stats.cache.peak_bytes, slot * 3);
 }
 
 // A pack with Q8_0 experts and dense matrices (pack --expert-type q8_0 --dense-type q8_0), every
