@@ -218,7 +218,7 @@ TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--expert-cache", "lots"}, "--expert-cache: 'lots' is not a size"},
       {{"--expert-cache", "150%"}, "--expert-cache: a percentage must be in (0, 100]"},
-      {{"--on-miss", "sometimes"}, "--on-miss: 'sometimes' is not wait or fallback"},
+      {{"--on-miss", "sometimes"}, "--on-miss: 'sometimes' is not wait, lowbit or fallback"},
       {{"--prefetch", "psychic"}, "--prefetch: 'psychic' is not none, lru or predict"},
       {{"--eviction", "random"}, "--eviction: 'random' is not lru or lru-freq"},
       {{"--io-latency-ms", "-1"}, "--io-latency-ms: value -1 not in range"}};
