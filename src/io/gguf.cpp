@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "chronos/error.h"
+#include "io/mapped_file.h"
 
 namespace chronos {
 
@@ -283,28 +284,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    fail(path, fmt::format("cannot stat: {}", std::strerror(saved)));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
-  const uint64_t file_size = uint64_t(info.st_size);
-  // magic, version, tensor count, key-value count
-  if (file_size < 24) {
-    ::close(fd);
-    fail(path, fmt::format("file is {} bytes, too small for a GGUF header (24 bytes)", file_size));
-  }
-  void* mapping = ::mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (mapping == MAP_FAILED) fail(path, fmt::format("cannot mmap: {}", std::strerror(map_errno)));
+  const io_detail::Mapping mapped = io_detail::map_whole_file(path, 24, "a GGUF header (24 bytes)");
+  const uint64_t file_size = mapped.size;
+  void* mapping = mapped.data;
   file->mapping_ = mapping;  // owned from here on: the destructor unmaps even if validation throws
   file->mapping_size_ = size_t(file_size);
   const auto* bytes = static_cast<const std::byte*>(mapping);

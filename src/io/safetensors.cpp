@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "chronos/error.h"
+#include "io/mapped_file.h"
 #include "chronos/file_util.h"
 #include "io/safetensors_writer.h"
 
@@ -117,27 +118,9 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::filesystem::pa
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
 
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    fail(path, fmt::format("cannot stat: {}", std::strerror(saved)));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
-  const uint64_t file_size = uint64_t(info.st_size);
-  if (file_size < 8) {
-    ::close(fd);
-    fail(path, fmt::format("file is {} bytes, too small for the 8-byte header length", file_size));
-  }
-  void* mapping = ::mmap(nullptr, size_t(file_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (mapping == MAP_FAILED) fail(path, fmt::format("cannot mmap: {}", std::strerror(map_errno)));
+  const io_detail::Mapping mapped = io_detail::map_whole_file(path, 8, "the 8-byte header length");
+  const uint64_t file_size = mapped.size;
+  void* mapping = mapped.data;
   // Owned from here on: the destructor unmaps even if validation throws.
   file->mapping_ = mapping;
   file->mapping_size_ = size_t(file_size);
