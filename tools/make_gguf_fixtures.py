@@ -12,6 +12,12 @@ f32, the tokenizer through tools/gguf_vocab.py). The f32 files hold the checkpoi
 the f16 and block-typed ones hold the bytes `chronos pack --cluster none --expert-type T
 --dense-type T` writes for the same checkpoint (Chronos's own quantizer, GGUF's block layouts), so
 a test can compare them with that pack exactly. `--chronos` names the binary that makes those packs.
+
+mixtral-q4_k_m.gguf mixes types per tensor in the manner of llama.cpp's Q4_K_M: Q4_K everywhere,
+Q6_K for the LM head and for attn_v and ffn_down_exps in the layers llama.cpp's use_more_bits
+picks (of 3 layers: the last). On the fixture's 64- and 32-wide rows the K types take their
+32-weight fallbacks (Q4_K -> Q5_0, Q6_K -> Q8_0), so the routed experts' down projections are Q5_0
+in layers 0-1 and Q8_0 in layer 2: a file whose experts mix types.
 """
 import argparse
 import json
@@ -73,7 +79,23 @@ ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE
          "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE}
 # The fixtures: (checkpoint, type). Kept to about 3 MB in all.
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
-                  ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k")]
+                  ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
+                  ("mixtral", "q4_k_m")]
+FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15}  # llama_ftype (15: MOSTLY_Q4_K_M)
+
+
+def use_more_bits(layer: int, n_layer: int) -> bool:
+    """The layers whose attn_v and ffn_down llama.cpp's Q4_K_M mix stores in Q6_K."""
+    return layer < n_layer // 8 or layer >= 7 * n_layer // 8 or (layer - n_layer // 8) % 3 == 2
+
+
+def q6_k_in_q4_k_m(name: str, n_layer: int) -> bool:
+    if name == "lm_head.weight":
+        return True
+    parts = name.split(".")
+    if len(parts) < 3 or parts[1] != "layers" or not use_more_bits(int(parts[2]), n_layer):
+        return False
+    return name.endswith("v_proj.weight") or name.endswith(".w2.weight") or name.endswith("down_proj.weight")
 
 
 def read_safetensors(path: pathlib.Path) -> tuple[dict, dict, bytes]:
@@ -171,7 +193,7 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
     writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     writer.add_expert_count(n_expert)
     writer.add_expert_used_count(cfg["num_experts_per_tok"])
-    writer.add_file_type({"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15}[file_type])
+    writer.add_file_type(FILE_TYPES[file_type])
     if model_type == "mixtral":
         writer.add_vocab_size(cfg["vocab_size"])
         writer.add_rope_dimension_count(head_dim)
@@ -220,6 +242,17 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
     writer.close()
 
 
+def packed_tensors(chronos: pathlib.Path, source: pathlib.Path, work: str, model_type: str, type_name: str):
+    """The checkpoint's tensors as `chronos pack --expert-type T --dense-type T` writes them."""
+    pack = pathlib.Path(work) / f"{model_type}-{type_name}"
+    subprocess.run([str(chronos), "pack", "-m", str(source), "-o", str(pack), "--cluster", "none",
+                    "--expert-type", type_name, "--dense-type", type_name], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tensors = Checkpoint.from_pack(pack, expert_names_of(model_type))
+    shutil.rmtree(pack)
+    return tensors
+
+
 def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path) -> None:
     models = out.parent / "models"
     with tempfile.TemporaryDirectory() as work:
@@ -227,13 +260,15 @@ def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path) -> None:
             source = models / f"{model_type}-f32"
             if file_type == "f32":
                 tensors = Checkpoint(source)
+            elif file_type == "q4_k_m":
+                tensors = packed_tensors(chronos, source, work, model_type, "q4_k")
+                more_bits = packed_tensors(chronos, source, work, model_type, "q6_k")
+                n_layer = json.loads((source / "config.json").read_text())["num_hidden_layers"]
+                for name in tensors.tensors:
+                    if q6_k_in_q4_k_m(name, n_layer):
+                        tensors.tensors[name] = more_bits.tensors[name]
             else:
-                pack = pathlib.Path(work) / f"{model_type}-{file_type}"
-                subprocess.run([str(chronos), "pack", "-m", str(source), "-o", str(pack), "--cluster", "none",
-                                "--expert-type", file_type, "--dense-type", file_type], check=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                tensors = Checkpoint.from_pack(pack, expert_names_of(model_type))
-                shutil.rmtree(pack)
+                tensors = packed_tensors(chronos, source, work, model_type, file_type)
             write_model_fixture(source, tensors, out / f"{model_type}-{file_type}.gguf", file_type)
 
 

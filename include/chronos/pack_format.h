@@ -66,7 +66,11 @@ struct PackManifest {
   std::string architecture;
   int64_t num_moe_layers = 0;
   int64_t num_experts = 0;
-  std::string dtype;  // safetensors dtype name of the expert tensors ("BF16")
+  std::string dtype;  // type name of the expert tensors ("BF16", "Q4_K"): the one asked for, or the
+                      // type holding most expert bytes when they differ
+  // "model.dtypes": every type the expert tensors use, when they are not all `dtype` (a GGUF
+  // file's mix such as Q4_K_M: Q4_K gate/up, Q6_K down in some layers); empty otherwise.
+  std::vector<std::string> dtypes;
   std::string fingerprint;
   // config_fingerprint() of the config.json the pack was made with; empty in packs written before
   // it was recorded. A pack whose config.json no longer matches it is refused at load.
@@ -88,6 +92,9 @@ struct PackManifest {
   static PackManifest parse(const std::filesystem::path& dir);
   // Writes the JSON atomically (tmp + rename).
   void save(const std::filesystem::path& path) const;
+  // Whether an expert tensor of `type` and `shape` belongs to this pack: `dtype`, or the 32-weight
+  // type a K `dtype` falls back to on rows it does not fit, or one of `dtypes`.
+  bool accepts_expert_dtype(DType type, const std::vector<int64_t>& shape) const;
 };
 
 // The gate/up/down weights of one expert to pack.

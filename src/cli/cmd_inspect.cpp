@@ -176,8 +176,8 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),
              human_bytes(s.bytes_per_expert), dtype_name(s.expert_dtype));
   for (size_t i = 0; i < classes.size(); ++i)
-    fmt::print("{:<17}{:<19} {:<12} {}\n", i == 0 ? "weights" : "", classes[i].name, fmt::join(classes[i].types, ","),
-               human_bytes(classes[i].bytes));
+    fmt::print("{:<17}{:<19} {:<12} {}\n", i == 0 ? "weights" : "", classes[i].name,
+               fmt::format("{}", fmt::join(classes[i].types, ",")), human_bytes(classes[i].bytes));
   if (pack) {
     const PackSummaryView& v = *pack;
     fmt::print("pack             {} clusters ({}), {} experts; cluster files {} .. {} (median {})\n", v.clusters,

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -122,15 +123,20 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   ClusterOptions cluster_options;
   cluster_options.method = options.method;
   cluster_options.seed = options.seed;
-  int64_t bytes_per_expert = model.sizes().bytes_per_expert;
-  if (options.expert_type) {  // the size of one converted expert (they all have one shape)
-    const FfnWeights& first = model.weights().layers[size_t(layers.front())].experts.front();
-    bytes_per_expert = 0;
+  // The largest expert as packed (converted to --expert-type, or as stored: a GGUF file may mix
+  // types between layers).
+  int64_t bytes_per_expert = 0;
+  for (const int32_t il : layers) {
+    const FfnWeights& first = model.weights().layers[size_t(il)].experts.front();
+    int64_t bytes = 0;
     for (const WeightView* w : {&first.gate, &first.up, &first.down}) {
-      const DType t = dtype_is_block(*options.expert_type) ? block_dtype_for_row(*options.expert_type, w->cols)
-                                                            : *options.expert_type;
-      bytes_per_expert += w->rows * dtype_row_bytes(t, w->cols);
+      DType t = w->dtype;
+      if (options.expert_type)
+        t = dtype_is_block(*options.expert_type) ? block_dtype_for_row(*options.expert_type, w->cols)
+                                                 : *options.expert_type;
+      bytes += w->rows * dtype_row_bytes(t, w->cols);
     }
+    bytes_per_expert = std::max(bytes_per_expert, bytes);
   }
   cluster_options.bytes_per_expert = DirectFile::align_up(bytes_per_expert);
   cluster_options.max_cluster_bytes = std::max(options.max_cluster_bytes, cluster_options.bytes_per_expert);
@@ -201,6 +207,16 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
     manifest.clusters.push_back(std::move(cluster));
     on_cluster(int64_t(i + 1), std::ssize(plan.clusters));
   }
+  // Experts kept in the types they were stored in may mix them (a GGUF Q4_K_M file's Q6_K down
+  // projections): the manifest then lists every type.
+  std::set<std::string> types;
+  bool mixed = false;
+  for (const auto& [key, packed] : manifest.experts)
+    for (const PackedTensor* t : {&packed.gate, &packed.up, &packed.down}) {
+      types.insert(std::string(dtype_name(t->dtype)));
+      mixed = mixed || !manifest.accepts_expert_dtype(t->dtype, t->shape);
+    }
+  if (mixed) manifest.dtypes.assign(types.begin(), types.end());
   if (options.lowbit_type) {  // one file of low-bit copies, in (layer, expert) order
     LowbitCopies lowbit;
     lowbit.file = "lowbit.ctsr";

@@ -1,10 +1,12 @@
 // cluster_manifest.json: reading (checked field by field against the .ctsr files), writing, and
 // the model fingerprint that ties packs and traces to the checkpoint they came from.
+#include <fmt/ranges.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -163,9 +165,10 @@ std::string read_text(const fs::path& path) {
 }
 
 // Checks one cluster file (or the low-bit copies' file) against the manifest entries that point
-// into it: `experts` holds them, `dtype` is the type they were packed as.
+// into it: `experts` holds them, `accepts` says which tensor types they may have, `dtype` names them.
 void check_cluster_file(const fs::path& dir, const std::string& fingerprint, const PackCluster& cluster,
-                        const std::map<ExpertKey, PackedExpert>& experts, const std::string& dtype) {
+                        const std::map<ExpertKey, PackedExpert>& experts, const std::string& dtype,
+                        const std::function<bool(DType, const std::vector<int64_t>&)>& accepts) {
   const fs::path path = dir / cluster.file;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) throw_error("{}: cluster {}: file is missing", path.string(), cluster.id);
@@ -223,7 +226,7 @@ void check_cluster_file(const fs::path& dir, const std::string& fingerprint, con
       if (tensor->dtype != file_dtype)
         throw_error("{}: tensor {} has dtype {} in the manifest, {} in the file", who, projection,
                     dtype_name(file_dtype), dtype_name(tensor->dtype));
-      if (!expert_dtype_matches(packed->dtype, dtype, packed->shape))
+      if (!accepts(packed->dtype, packed->shape))
         throw_error("{}: tensor {} is {}, the manifest's expert type is {}", who, projection, dtype_name(packed->dtype),
                     dtype);
       next += packed->bytes;
@@ -244,11 +247,17 @@ void check_cluster_file(const fs::path& dir, const std::string& fingerprint, con
 
 PackManifest PackManifest::load(const fs::path& dir) {
   PackManifest m = parse(dir);
-  for (const PackCluster& cluster : m.clusters) check_cluster_file(dir, m.fingerprint, cluster, m.experts, m.dtype);
+  const std::string types = m.dtypes.empty() ? m.dtype : fmt::format("{}", fmt::join(m.dtypes, "/"));
+  for (const PackCluster& cluster : m.clusters)
+    check_cluster_file(dir, m.fingerprint, cluster, m.experts, types,
+                       [&m](DType t, const std::vector<int64_t>& shape) { return m.accepts_expert_dtype(t, shape); });
   if (m.lowbit) {
     PackCluster file{kLowbitClusterId, m.lowbit->file, m.lowbit->bytes, {}};
     for (const auto& [key, expert] : m.lowbit->experts) file.experts.push_back(key);
-    check_cluster_file(dir, m.fingerprint, file, m.lowbit->experts, m.lowbit->dtype);
+    check_cluster_file(dir, m.fingerprint, file, m.lowbit->experts, m.lowbit->dtype,
+                       [&m](DType t, const std::vector<int64_t>& shape) {
+                         return expert_dtype_matches(t, m.lowbit->dtype, shape);
+                       });
   }
   return m;
 }
@@ -275,6 +284,17 @@ PackManifest PackManifest::parse(const fs::path& dir) {
   m.dtype = r.string(model, "model", "dtype");
   if (!dtype_from_name(m.dtype) && !block_dtype_from_name(m.dtype))
     r.fail("model.dtype", fmt::format("unknown dtype \"{}\"", m.dtype));
+  if (model.contains("dtypes")) {
+    const Json& types = model["dtypes"];
+    if (!types.is_array() || types.empty()) r.fail("model.dtypes", "not a non-empty array of type names");
+    for (size_t i = 0; i < types.size(); ++i) {
+      const std::string where = fmt::format("model.dtypes[{}]", i);
+      if (!types[i].is_string()) r.fail(where, "not a string");
+      const std::string name = types[i].get<std::string>();
+      if (!dtype_from_name(name) && !block_dtype_from_name(name)) r.fail(where, fmt::format("unknown dtype \"{}\"", name));
+      m.dtypes.push_back(name);
+    }
+  }
   m.fingerprint = r.string(model, "model", "fingerprint");
   if (model.contains("config_fingerprint")) m.config_fingerprint = r.string(model, "model", "config_fingerprint");
   const Json& clustering = r.member(root, "(top level)", "clustering");
@@ -379,6 +399,7 @@ void PackManifest::save(const fs::path& path) const {
                        {"dtype", dtype},
                        {"fingerprint", fingerprint}};
   if (!config_fingerprint.empty()) root["model"]["config_fingerprint"] = config_fingerprint;
+  if (!dtypes.empty()) root["model"]["dtypes"] = dtypes;
   root["clustering"] = Json{{"method", clustering_method}, {"trace", clustering_trace}, {"seed", clustering_seed}};
   root["clusters"] = Json::array();
   for (const PackCluster& cluster : clusters) {
@@ -407,6 +428,12 @@ void PackManifest::save(const fs::path& path) const {
                           {"experts", std::move(copies)}};
   }
   write_file_atomically(path, root.dump(1) + "\n");
+}
+
+bool PackManifest::accepts_expert_dtype(DType type, const std::vector<int64_t>& shape) const {
+  if (expert_dtype_matches(type, dtype, shape)) return true;
+  return std::any_of(dtypes.begin(), dtypes.end(),
+                     [&](const std::string& name) { return expert_dtype_matches(type, name, shape); });
 }
 
 std::string config_fingerprint(const fs::path& config_path) {

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "chronos/error.h"
 #include "chronos/gguf.h"
@@ -178,6 +180,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
 
   const std::vector<TensorSpec> table = arch_spec(c.arch).tensor_table(c);
   std::set<std::string, std::less<>> used;
+  std::map<DType, int64_t> expert_type_bytes;  // resident experts: bytes of each tensor type
   for (const TensorSpec& spec : table) {
     if (pack && spec.expert >= 0) {  // bytes live in the cluster files; counted from the manifest
       int64_t n_elements = 1;
@@ -201,7 +204,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
       const bool routed = spec.expert >= 0;
       (routed ? sizes.expert_params : sizes.dense_params) += spec.shape[0] * spec.shape[1];
       (routed ? sizes.expert_bytes : sizes.dense_bytes) += t->n_bytes;
-      if (routed) sizes.expert_dtype = block->dtype;
+      if (routed) expert_type_bytes[block->dtype] += t->n_bytes;
       const WeightView view{t->data, block->dtype, spec.shape[0], spec.shape[1]};
       if (spec.layer < 0) (spec.role == TensorRole::kTokenEmbd ? w.tok_embd : w.output) = view;
       else matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
@@ -217,7 +220,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
     const bool routed = spec.expert >= 0;
     (routed ? sizes.expert_params : sizes.dense_params) += t->n_elements();
     (routed ? sizes.expert_bytes : sizes.dense_bytes) += t->n_bytes;
-    if (routed) sizes.expert_dtype = t->dtype;
+    if (routed) expert_type_bytes[t->dtype] += t->n_bytes;
 
     if (spec.layer < 0) {
       switch (spec.role) {
@@ -243,6 +246,11 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
     }
   }
   if (c.n_moe_layers() > 0) sizes.bytes_per_expert = sizes.expert_bytes / (c.n_moe_layers() * c.n_expert);
+  // Resident experts may mix types (a GGUF Q4_K_M file): the model's expert type is the one that
+  // holds the most bytes.
+  int64_t most = 0;
+  for (const auto& [type, bytes] : expert_type_bytes)
+    if (bytes > most) std::tie(sizes.expert_dtype, most) = std::pair(type, bytes);
   return model;
 }
 

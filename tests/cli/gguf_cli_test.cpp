@@ -45,7 +45,7 @@ TEST_F(GgufCli, F32FileGeneratesTheSafetensorsCheckpointsText) {
 }
 
 TEST_F(GgufCli, PackOfAGgufFileGeneratesWhatTheFileDoes) {
-  for (const char* name : {"mixtral-f32", "qwen2_moe-q8_0", "olmoe-q4_k", "qwen3_moe-f16"}) {
+  for (const char* name : {"mixtral-f32", "qwen2_moe-q8_0", "olmoe-q4_k", "qwen3_moe-f16", "mixtral-q4_k_m"}) {
     const fs::path file = kFixtures / "gguf" / (std::string(name) + ".gguf");
     const fs::path pack = work_ / name;
     const RunResult packed = run_chronos({"pack", "-m", file.string(), "-o", pack.string(), "--cluster", "none"}, work_);
@@ -64,6 +64,22 @@ TEST_F(GgufCli, InspectNamesTheStoredTypes) {
   // Q4_K on rows of 64 and 32 weights is stored in its 32-weight stand-in.
   EXPECT_NE(r.out.find("Q5_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("OLMoE"), std::string::npos) << r.out;
+}
+
+// A Q4_K_M-style file mixes types: inspect lists both on the classes that have them, for the file
+// and for its pack.
+TEST_F(GgufCli, InspectListsEveryTypeOfAMixedFile) {
+  const fs::path file = kFixtures / "gguf" / "mixtral-q4_k_m.gguf";
+  const fs::path pack = work_ / "pack";
+  ASSERT_EQ(run_chronos({"pack", "-m", file.string(), "-o", pack.string(), "--cluster", "none"}, work_).exit_code, 0);
+  for (const fs::path& model : {file, pack}) {
+    const RunResult r = run_chronos({"inspect", model.string()}, work_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const size_t down = r.out.find("experts down");
+    ASSERT_NE(down, std::string::npos) << r.out;
+    const std::string line = r.out.substr(down, r.out.find('\n', down) - down);
+    EXPECT_NE(line.find("Q5_0,Q8_0"), std::string::npos) << line;
+  }
 }
 
 TEST_F(GgufCli, TruncatedFileIsOneLineAndExitOne) {

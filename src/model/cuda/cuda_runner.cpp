@@ -70,12 +70,7 @@ class CudaRunner final : public ModelRunner {
     stream_ = cuda_stream_of(*compute_);
     host_ready_ = backend_.create_event();
     plan_ = MoePlan(cfg_, batch_);
-    // Block-quantized experts: gate/up rows (n_embd) and down rows (n_ff) each hold the pack's type
-    // or, for a K type on rows it does not fit, its 32-weight fallback, as the pack wrote them.
-    const DType expert_dtype = model.sizes().expert_dtype;
-    const bool block_experts = dtype_is_block(expert_dtype) && cfg_.n_expert > 0;
-    expert_gate_dtype_ = block_experts ? block_dtype_for_row(expert_dtype, cfg_.n_embd) : expert_dtype;
-    expert_down_dtype_ = block_experts ? block_dtype_for_row(expert_dtype, cfg_.n_ff_expert) : expert_dtype;
+    typed_tasks_.reserve(size_t(std::max<int64_t>(cfg_.n_expert, 1)));
     blas_ = std::make_unique<cuda::Blas>();
     upload_weights();
     allocate_workspace();
@@ -446,18 +441,34 @@ class CudaRunner final : public ModelRunner {
     // queued the compute stream's waits on the slots' copies, release records after the kernels.
     size_t task_base = 0;
     plan_.waves(il, hooks_.experts, l.experts, [&](std::span<const int32_t> ids, std::span<const FfnWeights* const> views) {
-      int32_t n_tasks = 0;
+      // One launch pair per weight-type pair: experts may mix types (a K type's 32-weight fallback on
+      // short rows; a GGUF file's Q4_K_M with Q6_K down projections in some layers).
+      typed_tasks_.clear();
       for (size_t i = 0; i < ids.size(); ++i) {
         if (views[i] == nullptr) continue;
-        CHRONOS_CHECK(views[i]->gate.dtype == expert_gate_dtype_ && views[i]->up.dtype == expert_gate_dtype_ &&
-                      views[i]->down.dtype == expert_down_dtype_);
-        host_tasks_[task_base + size_t(n_tasks++)] = cuda::ExpertTask{
-            views[i]->gate.data, views[i]->up.data, views[i]->down.data, plan_.row_begin(ids[i]), plan_.row_end(ids[i])};
+        const FfnWeights& w = *views[i];
+        if (w.gate.dtype != w.up.dtype)
+          throw_error("layer {} expert {}: gate is {} and up is {}; the CUDA expert kernels take one type for both", il,
+                      ids[i], dtype_name(w.gate.dtype), dtype_name(w.up.dtype));
+        typed_tasks_.push_back({w.gate.dtype, w.down.dtype,
+                                cuda::ExpertTask{w.gate.data, w.up.data, w.down.data, plan_.row_begin(ids[i]),
+                                                 plan_.row_end(ids[i])}});
       }
-      if (n_tasks > 0) {
-        to_device(tasks_ + task_base, host_tasks_ + task_base, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
-        cuda::moe_gate_up(ff_gate_, ff_in_, tasks_ + task_base, n_tasks, expert_gate_dtype_, d, n_ff, stream_);
-        cuda::moe_down(ff_down_, ff_gate_, tasks_ + task_base, n_tasks, expert_down_dtype_, d, n_ff, stream_);
+      std::stable_sort(typed_tasks_.begin(), typed_tasks_.end(), [](const TypedTask& a, const TypedTask& b) {
+        return std::pair(int(a.gate), int(a.down)) < std::pair(int(b.gate), int(b.down));
+      });
+      for (size_t i = 0; i < typed_tasks_.size(); ++i) host_tasks_[task_base + i] = typed_tasks_[i].task;
+      for (size_t begin = 0; begin < typed_tasks_.size();) {
+        size_t end = begin + 1;
+        while (end < typed_tasks_.size() && typed_tasks_[end].gate == typed_tasks_[begin].gate &&
+               typed_tasks_[end].down == typed_tasks_[begin].down)
+          ++end;
+        const int32_t n_tasks = int32_t(end - begin);
+        cuda::ExpertTask* tasks = tasks_ + task_base + begin;
+        to_device(tasks, host_tasks_ + task_base + begin, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
+        cuda::moe_gate_up(ff_gate_, ff_in_, tasks, n_tasks, typed_tasks_[begin].gate, d, n_ff, stream_);
+        cuda::moe_down(ff_down_, ff_gate_, tasks, n_tasks, typed_tasks_[begin].down, d, n_ff, stream_);
+        begin = end;
       }
       task_base += ids.size();
     });
@@ -510,7 +521,11 @@ class CudaRunner final : public ModelRunner {
   void* converted_ = nullptr;
   float* weight_tile_ = nullptr;  // [weight_tile_floats_] dequantized rows of a block matrix (prefill)
   int64_t weight_tile_floats_ = 0;
-  DType expert_gate_dtype_ = DType::kF32, expert_down_dtype_ = DType::kF32;  // of every routed expert
+  struct TypedTask {
+    DType gate, down;
+    cuda::ExpertTask task;
+  };
+  std::vector<TypedTask> typed_tasks_;  // one wave's present experts, grouped by type before launch
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr, *k_cache_ = nullptr, *v_cache_ = nullptr;
 
   int32_t *host_ids_ = nullptr, *host_top_ids_ = nullptr, *host_gather_ = nullptr, *host_token_rows_ = nullptr;
