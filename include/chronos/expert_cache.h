@@ -45,7 +45,18 @@ class BudgetTooSmall : public Error {
 // evicted and comes back keeps its history. begin_load raises a key's score to at least one
 // request made now, so a prefetched expert is not the first thing the next load evicts. On
 // skewed (Zipf-like) reuse it keeps the hot experts that LRU lets a burst of cold ones flush.
-enum class EvictionPolicy { kLru, kLruFrequency };
+// kPerLayer: the budget split evenly between the MoE layers (the layers seen so far): a load for
+// a layer at its share evicts within that layer, one below it evicts from a layer above its
+// share; within those, kLruFrequency's order. A demand load that finds nothing there takes any
+// evictable slot.
+// kNextUse: evict the expert whose next use is expected furthest away, in layer steps. Layers run
+// in a cycle (the MoE layers in order, once per forward step), so an expert of layer l is next
+// needed d layer steps from now (the cyclic distance from the layer last acquired, d = L for that
+// layer itself) if its layer's next visit uses it, else a whole cycle later, and so on: with p the
+// chance that a visit of its layer uses it (its decayed request count over its layer's decayed
+// visit count, as kLruFrequency decays them), the expected distance is d + L (1/p - 1). Unlike
+// recency, it does not evict the layer that comes next just because it ran longest ago.
+enum class EvictionPolicy { kLru, kLruFrequency, kPerLayer, kNextUse };
 enum class SlotState { kEmpty, kLoading, kReady };
 
 struct CacheStats {
@@ -162,7 +173,14 @@ class ExpertCache {
   };
 
   Lookup lookup_of(int32_t slot) const;
+  bool uses_scores() const { return policy_ != EvictionPolicy::kLru; }
   double score_of(ExpertKey key) const;
+  // The layer cycle (kPerLayer, kNextUse): every MoE layer seen, sorted, and visits of each.
+  void note_layer(int32_t layer);
+  double expected_next_use(ExpertKey key) const;
+  // The eviction victim among ready, unpinned slots: the first unprotected one in the policy's
+  // order, or with evict_protected the first protected one when there is no other; -1 if none.
+  int32_t choose_victim(ExpertKey key, bool evict_protected);
   double weight_now() const;
   void add_request(ExpertKey key);
   void rescale_scores();
@@ -172,7 +190,7 @@ class ExpertCache {
   void unrank(int32_t slot);
   void rerank(int32_t slot);
   void free_slot(int32_t slot);
-  void count_resident(int64_t delta);
+  void count_resident(ExpertKey key, int64_t delta);
 
   Backend& backend_;
   int64_t budget_bytes_;
@@ -185,6 +203,10 @@ class ExpertCache {
   std::set<Rank> order_;                          // ready, unpinned slots (protected included)
   std::unordered_map<ExpertKey, double> scores_;  // kLruFrequency history, every key requested
   std::unordered_map<ExpertKey, int64_t> protected_until_;
+  std::vector<int32_t> layers_;                    // sorted MoE layers seen (kPerLayer, kNextUse)
+  std::unordered_map<int32_t, double> layer_visits_;  // kNextUse: decayed visits of each layer
+  std::unordered_map<int32_t, int64_t> layer_resident_;  // kPerLayer: loading + ready slots per layer
+  int32_t current_layer_ = -1;                     // layer of the last acquire
   uint64_t tick_ = 0;      // one per acquire and begin_load: recency
   uint64_t requests_ = 0;  // acquires since the last rescale: frequency decay clock
   int64_t step_ = 0;

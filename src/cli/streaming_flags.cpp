@@ -34,7 +34,7 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
   sub->add_option("--prefetch", f.prefetch,
                   fmt::format("Pack folders: {}none, lru or predict (trained predictors)", list))
       ->capture_default_str();
-  sub->add_option("--eviction", f.eviction, fmt::format("Pack folders: {}lru or lru-freq", list))
+  sub->add_option("--eviction", f.eviction, fmt::format("Pack folders: {}lru, lru-freq, per-layer or next-use", list))
       ->capture_default_str();
   sub->add_option("--io-latency-ms", f.io_latency_ms,
                   fmt::format("Pack folders: {}milliseconds added to every expert read", list))
@@ -91,7 +91,9 @@ PrefetchMode parse_prefetch(const std::string& text) {
 EvictionPolicy parse_eviction(const std::string& text) {
   if (text == "lru") return EvictionPolicy::kLru;
   if (text == "lru-freq") return EvictionPolicy::kLruFrequency;
-  throw UsageError(fmt::format("--eviction: '{}' is not lru or lru-freq", text));
+  if (text == "per-layer") return EvictionPolicy::kPerLayer;
+  if (text == "next-use") return EvictionPolicy::kNextUse;
+  throw UsageError(fmt::format("--eviction: '{}' is not lru, lru-freq, per-layer or next-use", text));
 }
 
 double parse_io_latency_ms(const std::string& text) {

@@ -1,4 +1,4 @@
-// ExpertCache: slot bookkeeping, pin counts, protections and the two eviction policies.
+// ExpertCache: slot bookkeeping, pin counts, protections and the eviction policies.
 #include "chronos/expert_cache.h"
 
 #include <algorithm>
@@ -66,13 +66,13 @@ ExpertCache::Lookup ExpertCache::find(ExpertKey key) const {
 double ExpertCache::weight_now() const { return std::exp2(double(requests_) / half_life_); }
 
 double ExpertCache::score_of(ExpertKey key) const {
-  if (policy_ != EvictionPolicy::kLruFrequency) return 0.0;
+  if (!uses_scores()) return 0.0;
   const auto it = scores_.find(key);
   return it == scores_.end() ? 0.0 : it->second;
 }
 
 void ExpertCache::add_request(ExpertKey key) {
-  if (policy_ != EvictionPolicy::kLruFrequency) return;
+  if (!uses_scores()) return;
   scores_[key] += weight_now();
   ++requests_;
   if (double(requests_) / half_life_ >= kRescaleExponent) rescale_scores();
@@ -83,6 +83,7 @@ void ExpertCache::add_request(ExpertKey key) {
 void ExpertCache::rescale_scores() {
   const double factor = 1.0 / weight_now();
   for (auto& [key, score] : scores_) score *= factor;
+  for (auto& [layer, visits] : layer_visits_) visits *= factor;
   requests_ = 0;
   for (int32_t i = 0; i < int32_t(slots_.size()); ++i) rerank(i);
 }
@@ -119,14 +120,93 @@ void ExpertCache::free_slot(int32_t slot) {
   free_slots_.insert(slot);
 }
 
-void ExpertCache::count_resident(int64_t delta) {
+void ExpertCache::count_resident(ExpertKey key, int64_t delta) {
+  if (policy_ == EvictionPolicy::kPerLayer) layer_resident_[key.layer] += delta;
   n_resident_ += delta;
   CHRONOS_CHECK(n_resident_ >= 0 && n_resident_ <= n_slots());
   stats_.peak_bytes = std::max(stats_.peak_bytes, resident_bytes());
 }
 
+void ExpertCache::note_layer(int32_t layer) {
+  if (policy_ != EvictionPolicy::kPerLayer && policy_ != EvictionPolicy::kNextUse) return;
+  const auto at = std::lower_bound(layers_.begin(), layers_.end(), layer);
+  if (at == layers_.end() || *at != layer) layers_.insert(at, layer);
+}
+
+double ExpertCache::expected_next_use(ExpertKey key) const {
+  const auto position = [&](int32_t layer) {
+    return double(std::lower_bound(layers_.begin(), layers_.end(), layer) - layers_.begin());
+  };
+  const double n_layers = double(layers_.size());
+  double distance = n_layers;  // layer steps until its layer runs again
+  if (current_layer_ >= 0) {
+    distance = position(key.layer) - position(current_layer_);
+    if (distance <= 0) distance += n_layers;
+  }
+  const auto it = layer_visits_.find(key.layer);
+  const double visits = it == layer_visits_.end() ? 0.0 : it->second;
+  // A layer not visited yet (a prefetch ahead of its first run) counts as certain to use it.
+  const double p = visits > 0 ? std::min(1.0, score_of(key) / visits) : 1.0;
+  return distance + n_layers * (1.0 / std::max(p, 1e-9) - 1.0);
+}
+
+int32_t ExpertCache::choose_victim(ExpertKey key, bool evict_protected) {
+  const bool per_layer = policy_ == EvictionPolicy::kPerLayer;
+  const int64_t share = std::max<int64_t>(1, n_slots() / std::max<int64_t>(1, std::ssize(layers_)));
+  const auto resident_in = [&](int32_t layer) {
+    const auto it = layer_resident_.find(layer);
+    return it == layer_resident_.end() ? int64_t(0) : it->second;
+  };
+  const bool own_layer = resident_in(key.layer) >= share;
+  const auto allowed = [&](const Slot& s) {
+    if (!per_layer) return true;
+    return own_layer ? s.key.layer == key.layer : resident_in(s.key.layer) > share;
+  };
+  int32_t victim = -1, first_protected = -1;
+  double victim_distance = -1.0, protected_distance = -1.0;
+  for (const Rank& rank : order_) {
+    const int32_t candidate = std::get<2>(rank);
+    const Slot& s = slots_[size_t(candidate)];
+    if (!allowed(s)) continue;
+    const bool guarded = is_protected(s.key);
+    if (policy_ == EvictionPolicy::kNextUse) {  // the furthest expected use; ties: the first in LRFU order
+      const double distance = expected_next_use(s.key);
+      if (guarded && distance > protected_distance) {
+        protected_distance = distance;
+        first_protected = candidate;
+      } else if (!guarded && distance > victim_distance) {
+        victim_distance = distance;
+        victim = candidate;
+      }
+      continue;
+    }
+    if (guarded) {
+      if (first_protected < 0) first_protected = candidate;
+      continue;
+    }
+    victim = candidate;
+    break;
+  }
+  const bool skipped = policy_ == EvictionPolicy::kNextUse ? protected_distance > victim_distance : first_protected >= 0;
+  if (skipped) ++stats_.protected_skips;
+  if (victim < 0 && evict_protected) victim = first_protected;  // a demand load beats a prediction
+  if (victim < 0 && per_layer && evict_protected) {  // no slot the split allows: a demand takes any
+    for (const Rank& rank : order_) {
+      const int32_t candidate = std::get<2>(rank);
+      if (!is_protected(slots_[size_t(candidate)].key)) return candidate;
+      if (victim < 0) victim = candidate;
+    }
+  }
+  return victim;
+}
+
 ExpertCache::Lookup ExpertCache::acquire(ExpertKey key) {
   ++tick_;
+  note_layer(key.layer);
+  if (key.layer != current_layer_) {  // a visit of the layer: kNextUse's clock of uses per visit
+    current_layer_ = key.layer;
+    if (policy_ == EvictionPolicy::kNextUse) layer_visits_[key.layer] += weight_now();
+  }
   const auto it = index_.find(key);
   if (it == index_.end() || slots_[size_t(it->second)].orphaned) {
     add_request(key);
@@ -177,20 +257,8 @@ std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key, bool e
     slot = *free_slots_.begin();
     free_slots_.erase(free_slots_.begin());
   } else {
-    bool skipped = false;
-    int32_t first_protected = -1;
-    for (const Rank& rank : order_) {
-      const int32_t candidate = std::get<2>(rank);
-      if (is_protected(slots_[size_t(candidate)].key)) {
-        skipped = true;
-        if (first_protected < 0) first_protected = candidate;
-        continue;
-      }
-      slot = candidate;
-      break;
-    }
-    if (skipped) ++stats_.protected_skips;
-    if (slot < 0 && evict_protected) slot = first_protected;  // a demand load beats a prediction
+    note_layer(key.layer);
+    slot = choose_victim(key, evict_protected);
     if (slot < 0) return std::nullopt;
     Slot& victim = slots_[size_t(slot)];
     CHRONOS_CHECK_MSG(evictable(victim), "eviction of expert ({}, {}) that is pinned or loading", victim.key.layer,
@@ -199,7 +267,7 @@ std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key, bool e
     index_.erase(victim.key);
     ++stats_.evictions;
     if (victim.prefetched && !victim.used) ++stats_.prefetch_wasted;
-    count_resident(-1);
+    count_resident(victim.key, -1);
   }
   Slot& s = slots_[size_t(slot)];
   s.key = key;
@@ -209,12 +277,12 @@ std::optional<ExpertCache::Lookup> ExpertCache::begin_load(ExpertKey key, bool e
   s.used = false;
   ++(evict_protected ? stats_.demand_loads : stats_.prefetch_loads);
   index_[key] = slot;
-  if (policy_ == EvictionPolicy::kLruFrequency) {
+  if (uses_scores()) {
     double& score = scores_[key];
     score = std::max(score, weight_now());
   }
   ++stats_.loads;
-  count_resident(+1);
+  count_resident(key, +1);
   return lookup_of(slot);
 }
 
@@ -232,7 +300,7 @@ void ExpertCache::abort_load(ExpertKey key) {
                     "abort_load of expert ({}, {}) that is not loading", key.layer, key.expert);
   const int32_t slot = it->second;
   Slot& s = slots_[size_t(slot)];
-  count_resident(-1);
+  count_resident(s.key, -1);
   if (s.pins == 0) {
     free_slot(slot);
   } else {

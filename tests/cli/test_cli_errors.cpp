@@ -220,7 +220,7 @@ TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
       {{"--expert-cache", "150%"}, "--expert-cache: a percentage must be in (0, 100]"},
       {{"--on-miss", "sometimes"}, "--on-miss: 'sometimes' is not wait, lowbit or fallback"},
       {{"--prefetch", "psychic"}, "--prefetch: 'psychic' is not none, lru or predict"},
-      {{"--eviction", "random"}, "--eviction: 'random' is not lru or lru-freq"},
+      {{"--eviction", "random"}, "--eviction: 'random' is not lru, lru-freq, per-layer or next-use"},
       {{"--io-latency-ms", "-1"}, "--io-latency-ms: value -1 not in range"}};
   for (const auto& [flag, message] : cases) {
     SCOPED_TRACE(flag[0] + " " + flag[1]);

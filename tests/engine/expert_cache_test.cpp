@@ -371,6 +371,11 @@ TEST(ExpertCache, RandomOperationsKeepEveryInvariantLru) { run_random_operations
 TEST(ExpertCache, RandomOperationsKeepEveryInvariantLruFrequency) {
   run_random_operations(EvictionPolicy::kLruFrequency, 2);
 }
+TEST(ExpertCache, RandomOperationsKeepEveryInvariantPerLayer) { run_random_operations(EvictionPolicy::kPerLayer, 9); }
+TEST(ExpertCache, RandomOperationsKeepEveryInvariantNextUse) {
+  run_random_operations(EvictionPolicy::kNextUse, 10);
+  run_random_operations(EvictionPolicy::kNextUse, 11, 0.25);
+}
 TEST(ExpertCache, RandomOperationsKeepEveryInvariantLruFrequencyWithFrequentRescales) {
   for (uint64_t seed = 3; seed < 8; ++seed) run_random_operations(EvictionPolicy::kLruFrequency, seed, 0.25);
 }
@@ -468,6 +473,130 @@ TEST(CacheSimulation, CycleLongerThanTheCacheNeverHits) {
   // The same cycle in a cache that holds it misses only on the first round.
   EXPECT_DOUBLE_EQ(simulate_hit_rate(tokens, 40, EvictionPolicy::kLru), 19.0 / 20.0);
   EXPECT_DOUBLE_EQ(simulate_hit_rate(tokens, 40, EvictionPolicy::kLruFrequency), 19.0 / 20.0);
+}
+
+// kNextUse on the cycle above: the layer just computed is needed again only a whole cycle later,
+// so its experts go first, and most of the cycle stays resident (at most 32 of a round's 40 keys
+// can be resident when it starts).
+TEST(CacheSimulation, NextUseKeepsMostOfACycleLongerThanTheCache) {
+  std::vector<std::vector<ExpertKey>> tokens;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<ExpertKey> token;
+    for (int layer = 0; layer < 10; ++layer)
+      for (int e = 0; e < 4; ++e) token.push_back({layer, e});
+    tokens.push_back(token);
+  }
+  EXPECT_EQ(simulate_hit_rate(tokens, 32, EvictionPolicy::kLru), 0.0);
+  EXPECT_EQ(simulate_hit_rate(tokens, 32, EvictionPolicy::kLruFrequency), 0.0);
+  const double next_use = simulate_hit_rate(tokens, 32, EvictionPolicy::kNextUse);
+  EXPECT_GT(next_use, 0.6) << next_use;
+  EXPECT_LE(next_use, 19.0 * 32.0 / (20.0 * 40.0));
+}
+
+// The layer that runs next keeps its expert; the one just used gives its slot up.
+TEST(ExpertCache, NextUseEvictsTheLayerJustComputedNotTheNextOne) {
+  auto backend = make_cpu_backend();
+  ExpertCache cache(*backend, {.budget_bytes = 3 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kNextUse});
+  for (int round = 0; round < 3; ++round) {
+    for (int32_t layer = 0; layer < 3; ++layer) {
+      if (cache.acquire({layer, 0}).state == SlotState::kEmpty) {
+        load(cache, {layer, 0});
+      } else {
+        cache.release({layer, 0});
+      }
+    }
+  }
+  // Layer 2 ran last: its expert is needed a cycle from now, layer 0's at the next step.
+  ASSERT_EQ(cache.acquire({2, 1}).state, SlotState::kEmpty);
+  load(cache, {2, 1});
+  EXPECT_FALSE(present(cache, {2, 0}));
+  EXPECT_TRUE(present(cache, {0, 0}));
+  EXPECT_TRUE(present(cache, {1, 0}));
+}
+
+// Of two experts whose layer runs next, the one its layer rarely uses goes first.
+TEST(ExpertCache, NextUseWeighsHowOftenALayerUsesAnExpert) {
+  auto backend = make_cpu_backend();
+  ExpertCache cache(*backend, {.budget_bytes = 3 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kNextUse});
+  const auto use = [&](ExpertKey key) {
+    if (cache.acquire(key).state == SlotState::kEmpty) {
+      load(cache, key);
+    } else {
+      cache.release(key);
+    }
+  };
+  // Layer 0 uses expert 0 at every visit, expert 1 at the first only; layer 1 uses expert 0.
+  for (int visit = 0; visit < 8; ++visit) {
+    use({0, 0});
+    if (visit == 0) use({0, 1});
+    use({1, 0});
+  }
+  ASSERT_EQ(cache.acquire({1, 1}).state, SlotState::kEmpty);
+  load(cache, {1, 1});
+  EXPECT_FALSE(present(cache, {0, 1}));
+  EXPECT_TRUE(present(cache, {0, 0}));
+  EXPECT_TRUE(present(cache, {1, 0}));
+}
+
+// kPerLayer: a burst of new experts in one layer evicts within that layer once it holds its share
+// of the budget; the other layer keeps its share.
+TEST(ExpertCache, PerLayerSplitKeepsEachLayersShare) {
+  auto backend = make_cpu_backend();
+  ExpertCache cache(*backend, {.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kPerLayer});
+  for (int32_t layer = 0; layer < 2; ++layer)
+    for (int32_t e = 0; e < 2; ++e) {
+      ASSERT_EQ(cache.acquire({layer, e}).state, SlotState::kEmpty);
+      load(cache, {layer, e});
+    }
+  for (int32_t e = 2; e < 12; ++e) {
+    ASSERT_EQ(cache.acquire({0, e}).state, SlotState::kEmpty);
+    load(cache, {0, e});
+  }
+  EXPECT_TRUE(present(cache, {1, 0}));
+  EXPECT_TRUE(present(cache, {1, 1}));
+  EXPECT_TRUE(present(cache, {0, 11}));
+  EXPECT_TRUE(present(cache, {0, 10}));
+  // Under LRFU the burst takes every slot.
+  ExpertCache shared(*backend, {.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLruFrequency});
+  for (int32_t layer = 0; layer < 2; ++layer)
+    for (int32_t e = 0; e < 2; ++e) {
+      ASSERT_EQ(shared.acquire({layer, e}).state, SlotState::kEmpty);
+      load(shared, {layer, e});
+    }
+  for (int32_t e = 2; e < 12; ++e) {
+    ASSERT_EQ(shared.acquire({0, e}).state, SlotState::kEmpty);
+    load(shared, {0, e});
+  }
+  EXPECT_FALSE(present(shared, {1, 0}));
+  EXPECT_FALSE(present(shared, {1, 1}));
+}
+
+// Every policy: a demand load gets a slot whenever one is evictable (protected or not), and the
+// budget is never exceeded, on random operations.
+TEST(ExpertCache, EveryPolicyGivesADemandLoadASlot) {
+  auto backend = make_cpu_backend();
+  for (const EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kLruFrequency, EvictionPolicy::kPerLayer,
+                                      EvictionPolicy::kNextUse}) {
+    SCOPED_TRACE(testing::Message() << "policy " << int(policy));
+    ExpertCache cache(*backend, {.budget_bytes = 6 * kSlot, .slot_bytes = kSlot, .policy = policy});
+    std::mt19937 rng(3);
+    for (int i = 0; i < 3000; ++i) {
+      const ExpertKey key{int32_t(rng() % 4), int32_t(rng() % 8)};
+      cache.advance_step(i / 16);
+      if (rng() % 5 == 0) cache.protect(key, i / 16 + 2);
+      if (cache.acquire(key).state != SlotState::kEmpty) {
+        cache.release(key);
+        continue;
+      }
+      const bool demand = rng() % 3 != 0;
+      const auto slot = cache.begin_load(key, demand);
+      if (demand) {
+        ASSERT_TRUE(slot.has_value()) << "operation " << i;
+      }
+      if (slot) cache.finish_load(key);
+      ASSERT_LE(cache.resident_bytes(), 6 * kSlot);
+    }
+  }
 }
 
 TEST(CacheSimulation, RepeatedKeysWithinATokenHit) {
