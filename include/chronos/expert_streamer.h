@@ -49,6 +49,12 @@ struct StreamerOptions {
   PrefetchMode mode = PrefetchMode::kNone;
   int32_t predict_per_layer = 0;  // experts named per (horizon, layer); 0: the model's top-k
   double intent_share = 0.5;      // share of the cache the prefill intent set may fill
+  // Prefetch only what is worth its bytes: predictions scored below this probability are neither
+  // read nor protected, and of the rest at most this many bytes per forward step are read (the
+  // nearest horizons and highest scores first; experts already resident are not counted; 0: no
+  // cap). The intent set at prefill is not capped.
+  float prefetch_min_score = 0.0f;
+  int64_t prefetch_bytes_per_step = 0;
 };
 
 struct StreamerStats {
@@ -65,6 +71,7 @@ struct StreamerStats {
                               // to wait for (device compute only)
   double stall_seconds = 0.0; // compute-side time blocked on I/O
   int64_t predicted = 0;      // prefetch requests made from predictions (or the previous token)
+  int64_t predictions_dropped = 0;  // predictions under --prefetch-min-score or over the byte cap
   double predict_seconds = 0.0;  // time spent running the predictors
   PrefetchStats prefetch;
   CacheStats cache;
@@ -130,6 +137,8 @@ class ExpertStreamer final : public ExpertProvider {
   std::unique_ptr<Predictors> predictors_;
   bool intent_pending_ = false;
   std::vector<ExpertScore> scores_;          // reused between tokens
+  std::vector<ExpertScore> kept_;            // the predictions that pass the threshold and the cap
+  int64_t step_bytes_requested_ = 0;         // bytes of absent experts requested this step
   std::vector<FetchRequest> requests_;
   std::vector<ExpertKey> previous_token_;    // kLru: experts the last step used
   Buffer lowbit_buffer_;                     // kLowbit: the whole lowbit.ctsr, device memory

@@ -14,7 +14,7 @@ namespace chronos::cli {
 bool StreamingFlags::asks_for_streaming() const {
   const StreamingFlags defaults;
   return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || !wait_above.empty() ||
-         prefetch != defaults.prefetch ||
+         prefetch != defaults.prefetch || !prefetch_min_score.empty() || !prefetch_cap.empty() ||
          eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
 }
 
@@ -34,6 +34,12 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
   sub->add_option("--prefetch", f.prefetch,
                   fmt::format("Pack folders: {}none, lru or predict (trained predictors)", list))
       ->capture_default_str();
+  sub->add_option("--prefetch-min-score", f.prefetch_min_score,
+                  "Pack folders, --prefetch predict: read ahead only experts predicted with at least this "
+                  "probability (0..1)");
+  sub->add_option("--prefetch-cap", f.prefetch_cap,
+                  "Pack folders, --prefetch predict: at most this many bytes read ahead per token (64MiB, 2%), the "
+                  "nearest and most likely first");
   sub->add_option("--eviction", f.eviction, fmt::format("Pack folders: {}lru, lru-freq, per-layer or next-use", list))
       ->capture_default_str();
   sub->add_option("--io-latency-ms", f.io_latency_ms,
@@ -88,6 +94,18 @@ PrefetchMode parse_prefetch(const std::string& text) {
   throw UsageError(fmt::format("--prefetch: '{}' is not none, lru or predict", text));
 }
 
+float parse_prefetch_min_score(const std::string& text) {
+  if (text.empty()) return 0.0f;
+  if (const std::string why = finite_in(0.0, 1.0)(text); !why.empty())
+    throw UsageError(fmt::format("--prefetch-min-score: {}", why));
+  return float(std::stod(text));
+}
+
+int64_t parse_prefetch_cap(const std::string& text, int64_t expert_bytes) {
+  if (text.empty()) return 0;
+  return budget_of(text, expert_bytes, "--prefetch-cap");
+}
+
 EvictionPolicy parse_eviction(const std::string& text) {
   if (text == "lru") return EvictionPolicy::kLru;
   if (text == "lru-freq") return EvictionPolicy::kLruFrequency;
@@ -120,6 +138,10 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) 
   if (so.wait_above && so.on_miss == OnMiss::kWait)
     throw UsageError("--wait-above applies to --on-miss lowbit or fallback (wait always waits)");
   so.mode = parse_prefetch(f.prefetch);
+  so.prefetch_min_score = parse_prefetch_min_score(f.prefetch_min_score);
+  so.prefetch_bytes_per_step = parse_prefetch_cap(f.prefetch_cap, expert_bytes);
+  if ((!f.prefetch_min_score.empty() || !f.prefetch_cap.empty()) && so.mode != PrefetchMode::kPredict)
+    throw UsageError("--prefetch-min-score and --prefetch-cap apply to --prefetch predict");
   so.policy = parse_eviction(f.eviction);
   so.prefetch.io_latency_ms = parse_io_latency_ms(f.io_latency_ms);
   so.prefetch.force_pread = f.pread;
@@ -158,6 +180,7 @@ nlohmann::json streamer_stats_json(const StreamerStats& s, int64_t extent_bytes)
           {"prefetch_wasted", c.prefetch_wasted},
           {"wasted_prefetch_bytes", c.prefetch_wasted * extent_bytes},
           {"prefetch_precision", ratio(double(c.prefetch_used), double(c.prefetch_loads))},
+          {"predictions_dropped", s.predictions_dropped},
           {"wasted_share_of_reads", ratio(double(c.prefetch_wasted), double(reads))},
           {"read_bandwidth_bytes_per_second",
            ratio(double(s.prefetch.bytes_read), s.prefetch.busy_seconds)}};

@@ -1,5 +1,5 @@
-// The streaming flag group (--expert-cache, --on-miss, --wait-above, --prefetch, --eviction, --io-latency-ms,
-// --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
+// The streaming flag group (--expert-cache, --on-miss, --wait-above, --prefetch, --prefetch-min-score,
+// --prefetch-cap, --eviction, --io-latency-ms, --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
 // one parser per flag. Every error names its flag; the layers below never do.
 #pragma once
 
@@ -21,6 +21,8 @@ struct StreamingFlags {
   std::string wait_above;  // empty: unset
   std::string prefetch = "none";
   std::string eviction = "lru-freq";
+  std::string prefetch_min_score;  // empty: every prediction
+  std::string prefetch_cap;        // empty: no cap on bytes read ahead per token
   std::string io_latency_ms = "0";
   bool pread = false;
   std::string pinned_budget;  // empty: the prefetcher's default (one staging slot per read in flight)
@@ -40,6 +42,9 @@ OnMiss parse_on_miss(const std::string& text);
 // --wait-above: a routing weight in (0, 1]; nullopt for the empty text.
 std::optional<float> parse_wait_above(const std::string& text);
 PrefetchMode parse_prefetch(const std::string& text);
+// --prefetch-min-score: a probability in [0, 1]; --prefetch-cap: bytes per token (64MiB, 2%).
+float parse_prefetch_min_score(const std::string& text);
+int64_t parse_prefetch_cap(const std::string& text, int64_t expert_bytes);
 EvictionPolicy parse_eviction(const std::string& text);
 double parse_io_latency_ms(const std::string& text);
 int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes);

@@ -146,6 +146,26 @@ void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
   requests_.clear();
   {
     const auto cache = cache_->lock();
+    if (!intent && (options_.prefetch_min_score > 0 || options_.prefetch_bytes_per_step > 0)) {
+      // The nearest horizon first, then the most likely; below the threshold or past the cap dropped.
+      kept_.assign(scores.begin(), scores.end());
+      std::stable_sort(kept_.begin(), kept_.end(), [](const ExpertScore& a, const ExpertScore& b) {
+        return a.horizon != b.horizon ? a.horizon < b.horizon : a.score > b.score;
+      });
+      const int64_t slot = cache->slot_bytes();
+      const int64_t cap = options_.prefetch_bytes_per_step;
+      size_t n = 0;
+      for (const ExpertScore& s : kept_) {
+        if (s.score < options_.prefetch_min_score) continue;
+        const bool absent = cache->find(s.key).state == SlotState::kEmpty;
+        if (absent && cap > 0 && step_bytes_requested_ + slot > cap) continue;
+        if (absent) step_bytes_requested_ += slot;
+        kept_[n++] = s;
+      }
+      stats_.predictions_dropped += std::ssize(kept_) - int64_t(n);
+      kept_.resize(n);
+      scores = kept_;
+    }
     for (const ExpertScore& s : scores) {
       const int64_t horizon = intent ? 0 : s.horizon;
       const FetchPriority priority = intent ? FetchPriority::kIntent
@@ -302,6 +322,7 @@ void ExpertStreamer::begin_step() {
     const auto cache = cache_->lock();
     step = ++step_;
     cache->advance_step(step);
+    step_bytes_requested_ = 0;
   }
   prefetcher_->cancel_stale(step);
   if (options_.mode == PrefetchMode::kLru && !previous_token_.empty()) {

@@ -221,9 +221,12 @@ TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
       {{"--on-miss", "sometimes"}, "--on-miss: 'sometimes' is not wait, lowbit or fallback"},
       {{"--prefetch", "psychic"}, "--prefetch: 'psychic' is not none, lru or predict"},
       {{"--eviction", "random"}, "--eviction: 'random' is not lru, lru-freq, per-layer or next-use"},
-      {{"--io-latency-ms", "-1"}, "--io-latency-ms: value -1 not in range"}};
+      {{"--io-latency-ms", "-1"}, "--io-latency-ms: value -1 not in range"},
+      {{"--prefetch", "predict", "--prefetch-min-score", "2"}, "--prefetch-min-score: value 2 not in range"},
+      {{"--prefetch", "predict", "--prefetch-cap", "lots"}, "--prefetch-cap: 'lots' is not a size"},
+      {{"--prefetch-cap", "64MiB"}, "--prefetch-min-score and --prefetch-cap apply to --prefetch predict"}};
   for (const auto& [flag, message] : cases) {
-    SCOPED_TRACE(flag[0] + " " + flag[1]);
+    SCOPED_TRACE(flag[0] + " " + flag[1] + (flag.size() > 2 ? " " + flag[2] : ""));
     std::vector<std::string> gen = {"generate", "-m", model_.string(), "-p", "hi"};
     gen.insert(gen.end(), flag.begin(), flag.end());
     expect_clean_failure(run_chronos(gen, work_), 2, message);

@@ -219,6 +219,49 @@ TEST_F(PrefetchMechanism, PredictBeatsNoneOnHitsWhereItLearnedTheRouting) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prefetch filters: a probability threshold and a cap on bytes read ahead per step.
+
+TEST_F(PrefetchMechanism, PredictionsUnderTheThresholdOrOverTheCapAreNotRead) {
+  const fs::path dir = fixture("mixtral-f32");
+  const fs::path packed = pack_with_predictors(dir, brief_training());
+  const int64_t n_tokens = 16;
+  const auto resident = resident_tokens(dir, n_tokens);
+  const int64_t slot = slot_bytes(packed);
+  struct Run {
+    StreamerStats stats;
+    int64_t steps = 0;
+  };
+  const auto run = [&](float min_score, int64_t cap_bytes) {
+    StreamerOptions options;
+    options.budget_bytes = 12 * slot;
+    options.mode = PrefetchMode::kPredict;
+    options.intent_share = 0.0;  // only the per-token predictions are read ahead
+    options.prefetch_min_score = min_score;
+    options.prefetch_bytes_per_step = cap_bytes;
+    Session session(packed, &options);
+    Run r;
+    for (size_t p = 0; p < kPrompts.size(); ++p)
+      EXPECT_EQ(session.run(kPrompts[p].text, n_tokens, [&](int64_t) { ++r.steps; }), resident[p])
+          << "prompt " << kPrompts[p].id << ", min score " << min_score << ", cap " << cap_bytes;
+    r.stats = session.streamer().stats();
+    return r;
+  };
+  const Run all = run(0.0f, 0);
+  EXPECT_EQ(all.stats.predictions_dropped, 0);
+  // One absent expert per step at most: no more prefetch reads than steps, where unfiltered
+  // predictions read more.
+  const Run capped = run(0.0f, slot);
+  EXPECT_GT(all.stats.cache.prefetch_loads, capped.steps);
+  EXPECT_LE(capped.stats.cache.prefetch_loads, capped.steps);
+  EXPECT_GT(capped.stats.predictions_dropped, 0);
+  // A probability no prediction reaches: nothing is read ahead.
+  const Run none = run(1.0f, 0);
+  EXPECT_EQ(none.stats.cache.prefetch_loads, 0);
+  EXPECT_EQ(none.stats.predictions_dropped, all.stats.predicted);
+  EXPECT_EQ(none.stats.predicted, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The intent set at prefill.
 
 // At the first forward step of a request (the prompt, in one prefill chunk here) the block
