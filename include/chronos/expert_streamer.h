@@ -44,7 +44,7 @@ struct StreamerOptions {
   int64_t budget_bytes = 0;  // expert cache budget
   OnMiss on_miss = OnMiss::kWait;
   std::optional<float> wait_above;  // see OnMiss; unset: kLowbit and kFallback never wait
-  EvictionPolicy policy = EvictionPolicy::kLruFrequency;
+  EvictionPolicy policy = EvictionPolicy::kNextUse;  // the best hit rate measured (docs/performance.md)
   AsyncPrefetcher::Options prefetch;
   PrefetchMode mode = PrefetchMode::kNone;
   int32_t predict_per_layer = 0;  // experts named per (horizon, layer); 0: the model's top-k

@@ -20,7 +20,7 @@ struct StreamingFlags {
   std::string on_miss = "wait";
   std::string wait_above;  // empty: unset
   std::string prefetch = "none";
-  std::string eviction = "lru-freq";
+  std::string eviction = "next-use";
   std::string prefetch_min_score;  // empty: every prediction
   std::string prefetch_cap;        // empty: no cap on bytes read ahead per token
   std::string io_latency_ms = "0";
