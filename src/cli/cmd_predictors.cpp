@@ -7,6 +7,7 @@
 
 #include "chronos/error.h"
 #include "chronos/model.h"
+#include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/predictors.h"
 #include "chronos/thread_pool.h"
@@ -78,11 +79,11 @@ int run_eval(const EvalArgs& args) {
   const std::filesystem::path model_dir = args.model.empty() ? pack_dir : std::filesystem::path(args.model);
   std::unique_ptr<Model> model;
   if (!args.model.empty() || std::filesystem::exists(model_dir / "config.json")) {
-    const std::string fingerprint = model_fingerprint(model_dir);
+    model = Model::load(model_dir);
+    const std::string fingerprint = model_fingerprint_of(*model, model_dir);
     if (fingerprint != traces.front().header().fingerprint)
       throw_error("{}: model fingerprint {} differs from the traces' {}", model_dir.string(), fingerprint,
                   traces.front().header().fingerprint);
-    model = Model::load(model_dir);
   }
   const PredictorEvaluation ev = evaluate_predictors(*predictors, traces, model.get());
   fmt::print("{}", format_evaluation(ev));

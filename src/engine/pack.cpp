@@ -88,6 +88,11 @@ WeightView convert_weight(const WeightView& w, DType target, std::vector<std::by
   return WeightView{storage.data(), dtype, w.rows, w.cols};
 }
 
+std::string model_fingerprint_of(const Model& model, const fs::path& model_dir) {
+  if (!is_gguf_path(model_dir)) return model_fingerprint(model_dir);
+  return model_fingerprint(config_json_from_gguf(*GgufFile::open(model_dir)), model.all_tensors());
+}
+
 CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path& trace_dir, int64_t* n_tokens) {
   const std::vector<int32_t> layers = moe_layers_of(c);
   CoactivationGraph graph(int32_t(layers.size()), int32_t(c.n_expert));
@@ -169,8 +174,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
     write_file_atomically(tmp / "tokenizer_config.json", gguf_tokenizer.tokenizer_config_json);
   }
   const std::vector<const TensorInfo*> all_tensors = model.all_tensors();
-  const std::string fingerprint =
-      from_gguf ? model_fingerprint(gguf_config, all_tensors) : model_fingerprint(model_dir);
+  const std::string fingerprint = model_fingerprint_of(model, model_dir);
   PackManifest manifest;
   manifest.architecture = c.arch_name();
   manifest.num_moe_layers = std::ssize(layers);

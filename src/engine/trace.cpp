@@ -10,6 +10,7 @@
 
 #include "chronos/error.h"
 #include "chronos/generate.h"
+#include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
@@ -56,7 +57,7 @@ TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, cons
                             const std::function<void(const TraceProgress&)>& on_progress) {
   const ModelConfig& c = model.config();
   TraceHeader header;
-  header.fingerprint = model_fingerprint(model_dir);
+  header.fingerprint = model_fingerprint_of(model, model_dir);
   header.n_embd = int32_t(c.n_embd);
   header.n_expert = int32_t(c.n_expert);
   header.n_expert_used = int32_t(c.n_expert_used);

@@ -82,6 +82,29 @@ TEST_F(GgufCli, InspectListsEveryTypeOfAMixedFile) {
   }
 }
 
+// The predict pipeline from a GGUF file: traces of the file, a pack clustered on them, predictors
+// trained into it and evaluated with the file's routers, then generation at a quarter of the
+// experts that prefetches by prediction and gives the file's text (wait mode is exact).
+TEST_F(GgufCli, TracePackTrainPredictorsFromAGgufFile) {
+  const fs::path file = kFixtures / "gguf" / "mixtral-q4_k_m.gguf";
+  const fs::path prompts = work_ / "prompts.jsonl", traces = work_ / "traces", pack = work_ / "pack";
+  std::ofstream(prompts) << "{\"prompt\": \"The river keeps its own time\"}\n{\"prompt\": \"A mill by the river\"}\n";
+  RunResult r = run_chronos(
+      {"trace", "-m", file.string(), "--prompts", prompts.string(), "-n", "12", "-o", traces.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"pack", "-m", file.string(), "--traces", traces.string(), "-o", pack.string()}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"train-predictors", "--traces", traces.string(), "-o", pack.string(), "--epochs", "2", "--rank",
+                   "16", "--intent-hidden", "16", "--intent-epochs", "4", "-t", "1"},
+                  work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"eval-predictors", "-m", pack.string(), "--traces", traces.string(), "--router-model", file.string()},
+                  work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string expected = greedy(file);
+  EXPECT_EQ(greedy(pack, {"--expert-cache", "25%", "--prefetch", "predict"}), expected);
+}
+
 TEST_F(GgufCli, TruncatedFileIsOneLineAndExitOne) {
   const fs::path source = kFixtures / "gguf" / "qwen2_moe-q8_0.gguf";
   const fs::path cut = work_ / "cut.gguf";
