@@ -307,6 +307,46 @@ TEST_F(CudaStreaming, BlockQuantizedPackMatchesTheCpuRunner) {
   }
 }
 
+// A GGUF file whose experts mix types (Q4_K_M-style: down projections Q5_0 in two layers, Q8_0 in
+// the third): resident in VRAM, and packed and streamed, on CUDA as on the CPU.
+TEST_F(CudaStreaming, MixedTypeGgufFileMatchesTheCpuRunner) {
+  REQUIRE_CUDA(backend);
+  ::setenv("CHRONOS_BLOCK_ACTIVATIONS", "f32", 1);
+  const fs::path file = fs::path(CHRONOS_TEST_DATA_DIR) / "gguf" / "mixtral-q4_k_m.gguf";
+  const fs::path packed = work_ / "q4_k_m";
+  write_pack(*Model::load(file), file, packed, PackOptions{.method = ClusterMethod::kNone}, [](int64_t, int64_t) {});
+  for (const fs::path& dir : {file, packed}) {
+    auto model = Model::load(dir);
+    const ModelConfig& c = model->config();
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
+    StreamerOptions so;
+    so.budget_bytes = int64_t(1) << 30;
+    for (const int64_t batch : {int64_t(7), int64_t(64)}) {
+      auto host = make_cpu_backend();
+      std::unique_ptr<ExpertStreamer> cpu_streamer, gpu_streamer;
+      if (model->experts_streamed()) {
+        cpu_streamer = std::make_unique<ExpertStreamer>(*model, dir, *host, so);
+        cpu_streamer->load_all();
+        gpu_streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
+        gpu_streamer->load_all();
+      }
+      ThreadPool pool(2);
+      auto cpu = make_cpu_runner(*model, pool, 96, batch, cpu_streamer ? cpu_streamer->hooks() : ForwardHooks{});
+      auto gpu = make_cuda_runner(*model, *backend, 96, batch, gpu_streamer ? gpu_streamer->hooks() : ForwardHooks{});
+      const auto expected = run(*cpu, c, prompt, 8);
+      const auto got = run(*gpu, c, prompt, 8);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t t = 0; t < got.size(); ++t) {
+        double worst = 0;
+        for (size_t i = 0; i < got[t].size(); ++i)
+          worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));
+        EXPECT_LE(worst, 1e-3) << dir << " batch " << batch << " position " << t;
+      }
+    }
+  }
+}
+
 TEST(CudaDevice, AbsentDeviceIsAClearError) {
   std::string why;
   if (cuda_backend(why)) GTEST_SKIP() << "this machine has a CUDA device";
