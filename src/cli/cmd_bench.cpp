@@ -246,6 +246,8 @@ int run_bench(const BenchArgs& args) {
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> labels;
   BarSeries tps{"decode tokens/s", {}}, stall{"seconds the compute side waited on I/O", {}};
+  ScatterPanel quality{"quality against speed, per budget", "decode tokens/s",
+                       "top-1 agreement with the exact run, teacher-forced (%)", {}};
   for (const Result& r : results) {
     const double lookups = double(std::max<int64_t>(1, r.stats.lookups));
     const double decode_tps = r.decode_seconds > 0 ? double(r.decode_steps) / r.decode_seconds : 0;
@@ -264,6 +266,11 @@ int run_bench(const BenchArgs& args) {
                double(r.stats.prefetch.bytes_read) / (1 << 20), read_gbps,
                compared ? fmt::format("{:.1f}", agree) : "-", has_kl ? fmt::format("{:.4f}", mean_kl) : "-");
     labels.push_back(r.config.label);
+    if (compared)
+      quality.points.push_back({r.config.resident ? "all resident" : fmt::format("{} {}", r.config.flags.on_miss,
+                                                                                  r.config.flags.prefetch),
+                                r.config.resident ? "all resident" : "cache " + r.config.flags.expert_cache, decode_tps,
+                                agree});
     tps.values.push_back(decode_tps);
     stall.values.push_back(r.stats.stall_seconds);
     out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.flags.expert_cache},
@@ -296,7 +303,8 @@ int run_bench(const BenchArgs& args) {
   }
   if (!args.json.empty()) write_file_atomically(args.json, out.dump(2) + "\n");
   if (!args.svg.empty())
-    write_file_atomically(args.svg, svg_bar_chart(fmt::format("chronos bench: {}", dir.filename().string()), labels, {tps, stall}));
+    write_file_atomically(args.svg, svg_bar_chart(fmt::format("chronos bench: {}", dir.filename().string()), labels,
+                                                  {tps, stall}, quality));
   return 0;
 }
 
@@ -317,7 +325,8 @@ Command register_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(count_in<int64_t>(2, kMaxContext));
   sub->add_option("--json", args->json, "Write the results as JSON");
-  sub->add_option("--svg", args->svg, "Write a comparison plot (SVG) of tokens/s and stall time");
+  sub->add_option("--svg", args->svg,
+                  "Write a comparison plot (SVG): tokens/s, stall time, and quality against speed per budget");
   sub->add_flag("--no-baseline", args->no_baseline, "Skip the all-resident run (no quality columns then)");
   return Command{sub, [args] { return run_bench(*args); }};
 }

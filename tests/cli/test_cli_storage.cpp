@@ -77,7 +77,15 @@ TEST_F(CliStorage, TracePackGenerateBench) {
       EXPECT_EQ(row["stall_seconds"], 0.0);
     }
   }
-  EXPECT_NE(testing::slurp(svg).find("<svg"), std::string::npos);
+  // The plot: bar panels, then quality against speed with one point per row and one legend entry
+  // per budget (and the resident run).
+  const std::string plot = testing::slurp(svg);
+  EXPECT_NE(plot.find("<svg"), std::string::npos);
+  EXPECT_NE(plot.find("quality against speed"), std::string::npos);
+  size_t circles = 0;
+  for (size_t at = plot.find("<circle"); at != std::string::npos; at = plot.find("<circle", at + 1)) ++circles;
+  EXPECT_EQ(circles, rows.size() + 3) << plot;  // 5 points, legend: all resident, cache 50%, cache 25%
+  EXPECT_NE(plot.find(">cache 25%<"), std::string::npos);
 
   r = run_chronos({"inspect", pack.string()}, work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
