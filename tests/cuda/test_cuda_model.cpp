@@ -190,6 +190,40 @@ class CudaStreaming : public ::testing::Test {
     return result.tokens;
   }
 
+  // Logits of a fixed prompt and 8 greedy steps on the CPU and on CUDA, prefilled in chunks of 7
+  // and 64, within 1e-3: a checkpoint or GGUF file with its experts resident, a pack through
+  // streamers holding every expert.
+  static void expect_cuda_matches_cpu(Backend& backend, const fs::path& dir, const std::string& what) {
+    auto model = Model::load(dir);
+    const ModelConfig& c = model->config();
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
+    StreamerOptions so;
+    so.budget_bytes = int64_t(1) << 30;
+    for (const int64_t batch : {int64_t(7), int64_t(64)}) {
+      auto host = make_cpu_backend();
+      std::unique_ptr<ExpertStreamer> cpu_streamer, gpu_streamer;
+      if (model->experts_streamed()) {
+        cpu_streamer = std::make_unique<ExpertStreamer>(*model, dir, *host, so);
+        cpu_streamer->load_all();
+        gpu_streamer = std::make_unique<ExpertStreamer>(*model, dir, backend, so);
+        gpu_streamer->load_all();
+      }
+      ThreadPool pool(2);
+      auto cpu = make_cpu_runner(*model, pool, 96, batch, cpu_streamer ? cpu_streamer->hooks() : ForwardHooks{});
+      auto gpu = make_cuda_runner(*model, backend, 96, batch, gpu_streamer ? gpu_streamer->hooks() : ForwardHooks{});
+      const auto expected = run(*cpu, c, prompt, 8);
+      const auto got = run(*gpu, c, prompt, 8);
+      ASSERT_EQ(got.size(), expected.size());
+      for (size_t t = 0; t < got.size(); ++t) {
+        double worst = 0;
+        for (size_t i = 0; i < got[t].size(); ++i)
+          worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));
+        EXPECT_LE(worst, 1e-3) << what << " batch " << batch << " position " << t;
+      }
+    }
+  }
+
   fs::path work_;
 };
 
@@ -280,30 +314,7 @@ TEST_F(CudaStreaming, BlockQuantizedPackMatchesTheCpuRunner) {
     auto model = Model::load(packed);
     ASSERT_EQ(model->sizes().expert_dtype, test.experts) << name;
     ASSERT_EQ(model->weights().layers[0].wq.dtype, test.stored_dense) << name;
-    const ModelConfig& c = model->config();
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
-    StreamerOptions so;
-    so.budget_bytes = int64_t(1) << 30;
-    for (const int64_t batch : {int64_t(7), int64_t(64)}) {
-      auto host = make_cpu_backend();
-      ExpertStreamer cpu_streamer(*model, packed, *host, so);
-      cpu_streamer.load_all();
-      ThreadPool pool(2);
-      auto cpu = make_cpu_runner(*model, pool, 96, batch, cpu_streamer.hooks());
-      ExpertStreamer gpu_streamer(*model, packed, *backend, so);
-      gpu_streamer.load_all();
-      auto gpu = make_cuda_runner(*model, *backend, 96, batch, gpu_streamer.hooks());
-      const auto expected = run(*cpu, c, prompt, 8);
-      const auto got = run(*gpu, c, prompt, 8);
-      ASSERT_EQ(got.size(), expected.size());
-      for (size_t t = 0; t < got.size(); ++t) {
-        double worst = 0;
-        for (size_t i = 0; i < got[t].size(); ++i)
-          worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));
-        EXPECT_LE(worst, 1e-3) << name << " batch " << batch << " position " << t;
-      }
-    }
+    expect_cuda_matches_cpu(*backend, packed, name);
   }
 }
 
@@ -315,36 +326,7 @@ TEST_F(CudaStreaming, MixedTypeGgufFileMatchesTheCpuRunner) {
   const fs::path file = fs::path(CHRONOS_TEST_DATA_DIR) / "gguf" / "mixtral-q4_k_m.gguf";
   const fs::path packed = work_ / "q4_k_m";
   write_pack(*Model::load(file), file, packed, PackOptions{.method = ClusterMethod::kNone}, [](int64_t, int64_t) {});
-  for (const fs::path& dir : {file, packed}) {
-    auto model = Model::load(dir);
-    const ModelConfig& c = model->config();
-    std::vector<int32_t> prompt(40);
-    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 37 + 11) % size_t(c.n_vocab));
-    StreamerOptions so;
-    so.budget_bytes = int64_t(1) << 30;
-    for (const int64_t batch : {int64_t(7), int64_t(64)}) {
-      auto host = make_cpu_backend();
-      std::unique_ptr<ExpertStreamer> cpu_streamer, gpu_streamer;
-      if (model->experts_streamed()) {
-        cpu_streamer = std::make_unique<ExpertStreamer>(*model, dir, *host, so);
-        cpu_streamer->load_all();
-        gpu_streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, so);
-        gpu_streamer->load_all();
-      }
-      ThreadPool pool(2);
-      auto cpu = make_cpu_runner(*model, pool, 96, batch, cpu_streamer ? cpu_streamer->hooks() : ForwardHooks{});
-      auto gpu = make_cuda_runner(*model, *backend, 96, batch, gpu_streamer ? gpu_streamer->hooks() : ForwardHooks{});
-      const auto expected = run(*cpu, c, prompt, 8);
-      const auto got = run(*gpu, c, prompt, 8);
-      ASSERT_EQ(got.size(), expected.size());
-      for (size_t t = 0; t < got.size(); ++t) {
-        double worst = 0;
-        for (size_t i = 0; i < got[t].size(); ++i)
-          worst = std::max(worst, double(std::fabs(got[t][i] - expected[t][i])));
-        EXPECT_LE(worst, 1e-3) << dir << " batch " << batch << " position " << t;
-      }
-    }
-  }
+  for (const fs::path& dir : {file, packed}) expect_cuda_matches_cpu(*backend, dir, dir.string());
 }
 
 TEST(CudaDevice, AbsentDeviceIsAClearError) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -542,33 +543,27 @@ TEST(ExpertCache, NextUseWeighsHowOftenALayerUsesAnExpert) {
 // of the budget; the other layer keeps its share.
 TEST(ExpertCache, PerLayerSplitKeepsEachLayersShare) {
   auto backend = make_cpu_backend();
-  ExpertCache cache(*backend, {.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kPerLayer});
-  for (int32_t layer = 0; layer < 2; ++layer)
-    for (int32_t e = 0; e < 2; ++e) {
-      ASSERT_EQ(cache.acquire({layer, e}).state, SlotState::kEmpty);
-      load(cache, {layer, e});
+  // Two experts of each of two layers in four slots, then ten new experts of layer 0.
+  const auto burst = [&](EvictionPolicy policy) {
+    auto cache = std::make_unique<ExpertCache>(
+        *backend, ExpertCache::Options{.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = policy});
+    std::vector<ExpertKey> keys = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+    for (int32_t e = 2; e < 12; ++e) keys.push_back({0, e});
+    for (const ExpertKey key : keys) {
+      EXPECT_EQ(cache->acquire(key).state, SlotState::kEmpty);
+      load(*cache, key);
     }
-  for (int32_t e = 2; e < 12; ++e) {
-    ASSERT_EQ(cache.acquire({0, e}).state, SlotState::kEmpty);
-    load(cache, {0, e});
-  }
-  EXPECT_TRUE(present(cache, {1, 0}));
-  EXPECT_TRUE(present(cache, {1, 1}));
-  EXPECT_TRUE(present(cache, {0, 11}));
-  EXPECT_TRUE(present(cache, {0, 10}));
+    return cache;
+  };
+  const auto split = burst(EvictionPolicy::kPerLayer);
+  EXPECT_TRUE(present(*split, {1, 0}));
+  EXPECT_TRUE(present(*split, {1, 1}));
+  EXPECT_TRUE(present(*split, {0, 11}));
+  EXPECT_TRUE(present(*split, {0, 10}));
   // Under LRFU the burst takes every slot.
-  ExpertCache shared(*backend, {.budget_bytes = 4 * kSlot, .slot_bytes = kSlot, .policy = EvictionPolicy::kLruFrequency});
-  for (int32_t layer = 0; layer < 2; ++layer)
-    for (int32_t e = 0; e < 2; ++e) {
-      ASSERT_EQ(shared.acquire({layer, e}).state, SlotState::kEmpty);
-      load(shared, {layer, e});
-    }
-  for (int32_t e = 2; e < 12; ++e) {
-    ASSERT_EQ(shared.acquire({0, e}).state, SlotState::kEmpty);
-    load(shared, {0, e});
-  }
-  EXPECT_FALSE(present(shared, {1, 0}));
-  EXPECT_FALSE(present(shared, {1, 1}));
+  const auto shared = burst(EvictionPolicy::kLruFrequency);
+  EXPECT_FALSE(present(*shared, {1, 0}));
+  EXPECT_FALSE(present(*shared, {1, 1}));
 }
 
 // Every policy: a demand load gets a slot whenever one is evictable (protected or not), and the

@@ -19,6 +19,7 @@
 #include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/thread_pool.h"
+#include "engine/pack_logits.h"
 
 namespace chronos {
 namespace {
@@ -48,33 +49,8 @@ class GgufPack : public ::testing::Test {
     return work_ / name;
   }
 
-  // All-position logits of a fixed prompt. A pack streams its experts through a cache of
-  // `budget_bytes` (0: every expert, loaded before the forward) in wait mode.
-  static std::vector<float> logits(const fs::path& dir, int64_t budget_bytes = 0, int64_t n_tokens = 12) {
-    const auto model = Model::load(dir);
-    const ModelConfig& c = model->config();
-    ThreadPool pool(2);
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<ExpertStreamer> streamer;
-    ForwardHooks hooks;
-    if (model->experts_streamed()) {
-      backend = make_cpu_backend();
-      StreamerOptions options;
-      options.budget_bytes = budget_bytes > 0 ? budget_bytes : int64_t(1) << 30;
-      streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, options);
-      if (budget_bytes == 0) streamer->load_all();
-      hooks = streamer->hooks();
-    }
-    auto runner = make_cpu_runner(*model, pool, 64, 8, hooks);
-    std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
-    for (int64_t i = 0; i < n_tokens; ++i) prompt[size_t(i)] = int32_t((i * 53 + 7) % c.n_vocab);
-    std::vector<float> out(size_t(n_tokens * c.n_vocab));
-    if (streamer) {  // as the generator does before a prefill
-      streamer->begin_request();
-      streamer->begin_step();
-    }
-    runner->forward(prompt, 0, out.data(), true);
-    return out;
+  static std::vector<float> logits(const fs::path& dir, int64_t budget_bytes = 0) {
+    return testing::prompt_logits(dir, 12, budget_bytes);
   }
 
   static void expect_equal(const std::vector<float>& a, const std::vector<float>& b) {

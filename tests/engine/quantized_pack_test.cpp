@@ -21,6 +21,7 @@
 #include "chronos/quant.h"
 #include "chronos/safetensors.h"
 #include "chronos/thread_pool.h"
+#include "engine/pack_logits.h"
 #include "model/arch/arch.h"
 
 namespace chronos {
@@ -121,29 +122,8 @@ class QuantizedPack : public ::testing::Test {
     return out;
   }
 
-  // All-position logits of a fixed prompt: the pack through a streamer holding every expert, or a
-  // checkpoint.
   static std::vector<float> logits(const fs::path& dir, int64_t n_tokens = 12) {
-    const auto model = Model::load(dir);
-    const ModelConfig& c = model->config();
-    ThreadPool pool(2);
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<ExpertStreamer> streamer;
-    ForwardHooks hooks;
-    if (model->experts_streamed()) {
-      backend = make_cpu_backend();
-      StreamerOptions options;
-      options.budget_bytes = int64_t(1) << 30;
-      streamer = std::make_unique<ExpertStreamer>(*model, dir, *backend, options);
-      streamer->load_all();
-      hooks = streamer->hooks();
-    }
-    auto runner = make_cpu_runner(*model, pool, 64, 8, hooks);
-    std::vector<int32_t> prompt(static_cast<size_t>(n_tokens));
-    for (int64_t i = 0; i < n_tokens; ++i) prompt[size_t(i)] = int32_t((i * 53 + 7) % c.n_vocab);
-    std::vector<float> out(size_t(n_tokens * c.n_vocab));
-    runner->forward(prompt, 0, out.data(), true);
-    return out;
+    return testing::prompt_logits(dir, n_tokens);
   }
 
   static double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
