@@ -47,13 +47,13 @@ struct PackSummary {
   int64_t traced_tokens = 0;
 };
 
-// Writes everything into <out_dir>.tmp and renames it to out_dir at the end, so a failure leaves
-// no half-written pack. out_dir must not exist. `on_cluster(i, n)` reports progress.
 // The fingerprint a pack and the traces of `model` (loaded from `model_dir`) record: model_fingerprint
 // of a checkpoint or pack folder; for a GGUF file, of the config built from its key-values and the
 // tensors as loaded (so traces of a GGUF file match its pack).
 std::string model_fingerprint_of(const Model& model, const std::filesystem::path& model_dir);
 
+// Writes everything into <out_dir>.tmp and renames it to out_dir at the end, so a failure leaves
+// no half-written pack. out_dir must not exist. `on_cluster(i, n)` reports progress.
 PackSummary write_pack(const Model& model, const std::filesystem::path& model_dir, const std::filesystem::path& out_dir,
                        const PackOptions& options, const std::function<void(int64_t, int64_t)>& on_cluster);
 

@@ -95,9 +95,7 @@ int run_bench(const BenchArgs& args) {
   const auto prefetches = split_list(lists.prefetch, "--prefetch");
   const auto latencies = split_list(lists.io_latency_ms, "--io-latency-ms");
   const auto evictions = split_list(lists.eviction, "--eviction");
-  if ((!lists.prefetch_min_score.empty() || !lists.prefetch_cap.empty()) &&
-      std::find(prefetches.begin(), prefetches.end(), "predict") == prefetches.end())
-    throw UsageError("--prefetch-min-score and --prefetch-cap apply to --prefetch predict");
+  const bool sweeps_predict = std::find(prefetches.begin(), prefetches.end(), "predict") != prefetches.end();
   std::vector<StreamingFlags> combinations;
   for (const auto& cache : caches)
     for (const auto& miss : misses)
@@ -110,7 +108,7 @@ int run_bench(const BenchArgs& args) {
             one.prefetch = prefetch;
             one.io_latency_ms = latency;
             one.eviction = eviction;
-            if (prefetch != "predict") {  // the prediction filters apply to the predict runs of a sweep
+            if (prefetch != "predict" && sweeps_predict) {  // the prediction filters: for its predict runs
               one.prefetch_min_score.clear();
               one.prefetch_cap.clear();
             }

@@ -202,8 +202,8 @@ int32_t ExpertCache::choose_victim(ExpertKey key, bool evict_protected) {
 
 ExpertCache::Lookup ExpertCache::acquire(ExpertKey key) {
   ++tick_;
-  note_layer(key.layer);
   if (key.layer != current_layer_) {  // a visit of the layer: kNextUse's clock of uses per visit
+    note_layer(key.layer);
     current_layer_ = key.layer;
     if (policy_ == EvictionPolicy::kNextUse) layer_visits_[key.layer] += weight_now();
   }
