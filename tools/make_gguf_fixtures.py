@@ -81,7 +81,7 @@ ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
                   ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
                   ("mixtral", "q4_k_m")]
-FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15}  # llama_ftype (15: MOSTLY_Q4_K_M)
+FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32}  # llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16)
 
 
 def use_more_bits(layer: int, n_layer: int) -> bool:
@@ -228,6 +228,11 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
         assert gguf_name is not None, name
         if model_type == "mixtral" and (name.endswith("q_proj.weight") or name.endswith("k_proj.weight")):
             array = permute(array, n_head if "q_proj" in name else n_head_kv)
+        if type_name == "BF16" and array.ndim == 1:
+            # Norm weights as F32, as llama.cpp's converter writes every 1-D tensor (its element-wise
+            # ops do not take BF16 operands).
+            array = (np.frombuffer(array.tobytes(), dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+            type_name = "F32"
         writer.add_tensor(gguf_name, array, raw_dtype=ggml_type(type_name) if type_name not in ("F32", "F16") else None)
     for gguf_name in sorted(stacked, key=lambda n: (int(n.split(".")[1]), n)):
         experts = stacked[gguf_name]

@@ -111,6 +111,7 @@ int run_bench(const BenchArgs& args) {
             if (prefetch != "predict" && sweeps_predict) {  // the prediction filters: for its predict runs
               one.prefetch_min_score.clear();
               one.prefetch_cap.clear();
+              one.intent_share.clear();
             }
             streamer_options(one, int64_t(1) << 40);
             combinations.push_back(one);

@@ -15,6 +15,7 @@ bool StreamingFlags::asks_for_streaming() const {
   const StreamingFlags defaults;
   return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || !wait_above.empty() ||
          prefetch != defaults.prefetch || !prefetch_min_score.empty() || !prefetch_cap.empty() ||
+         !intent_share.empty() ||
          eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
 }
 
@@ -40,6 +41,9 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
   sub->add_option("--prefetch-cap", f.prefetch_cap,
                   "Pack folders, --prefetch predict: at most this many bytes read ahead per token (64MiB, 2%), the "
                   "nearest and most likely first");
+  sub->add_option("--intent-share", f.intent_share,
+                  "Pack folders, --prefetch predict: share of the expert cache (0..1) the IntentClassifier's set "
+                  "read at prefill may fill; 0 turns it off (default 0.5)");
   sub->add_option("--eviction", f.eviction, fmt::format("Pack folders: {}lru, lru-freq, per-layer or next-use", list))
       ->capture_default_str();
   sub->add_option("--io-latency-ms", f.io_latency_ms,
@@ -106,6 +110,13 @@ int64_t parse_prefetch_cap(const std::string& text, int64_t expert_bytes) {
   return budget_of(text, expert_bytes, "--prefetch-cap");
 }
 
+double parse_intent_share(const std::string& text) {
+  if (text.empty()) return StreamerOptions{}.intent_share;
+  if (const std::string why = finite_in(0.0, 1.0)(text); !why.empty())
+    throw UsageError(fmt::format("--intent-share: {}", why));
+  return std::stod(text);
+}
+
 EvictionPolicy parse_eviction(const std::string& text) {
   if (text == "lru") return EvictionPolicy::kLru;
   if (text == "lru-freq") return EvictionPolicy::kLruFrequency;
@@ -140,8 +151,10 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) 
   so.mode = parse_prefetch(f.prefetch);
   so.prefetch_min_score = parse_prefetch_min_score(f.prefetch_min_score);
   so.prefetch_bytes_per_step = parse_prefetch_cap(f.prefetch_cap, expert_bytes);
-  if ((!f.prefetch_min_score.empty() || !f.prefetch_cap.empty()) && so.mode != PrefetchMode::kPredict)
-    throw UsageError("--prefetch-min-score and --prefetch-cap apply to --prefetch predict");
+  so.intent_share = parse_intent_share(f.intent_share);
+  if ((!f.prefetch_min_score.empty() || !f.prefetch_cap.empty() || !f.intent_share.empty()) &&
+      so.mode != PrefetchMode::kPredict)
+    throw UsageError("--prefetch-min-score, --prefetch-cap and --intent-share apply to --prefetch predict");
   so.policy = parse_eviction(f.eviction);
   so.prefetch.io_latency_ms = parse_io_latency_ms(f.io_latency_ms);
   so.prefetch.force_pread = f.pread;

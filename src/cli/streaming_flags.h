@@ -1,5 +1,5 @@
 // The streaming flag group (--expert-cache, --on-miss, --wait-above, --prefetch, --prefetch-min-score,
-// --prefetch-cap, --eviction, --io-latency-ms, --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
+// --prefetch-cap, --intent-share, --eviction, --io-latency-ms, --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
 // one parser per flag. Every error names its flag; the layers below never do.
 #pragma once
 
@@ -23,6 +23,7 @@ struct StreamingFlags {
   std::string eviction = "next-use";
   std::string prefetch_min_score;  // empty: every prediction
   std::string prefetch_cap;        // empty: no cap on bytes read ahead per token
+  std::string intent_share;        // empty: StreamerOptions' default share of the cache for the prefill set
   std::string io_latency_ms = "0";
   bool pread = false;
   std::string pinned_budget;  // empty: the prefetcher's default (one staging slot per read in flight)
@@ -45,6 +46,8 @@ PrefetchMode parse_prefetch(const std::string& text);
 // --prefetch-min-score: a probability in [0, 1]; --prefetch-cap: bytes per token (64MiB, 2%).
 float parse_prefetch_min_score(const std::string& text);
 int64_t parse_prefetch_cap(const std::string& text, int64_t expert_bytes);
+// --intent-share: the share of the cache, in [0, 1], the IntentClassifier's prefill set may fill.
+double parse_intent_share(const std::string& text);
 EvictionPolicy parse_eviction(const std::string& text);
 double parse_io_latency_ms(const std::string& text);
 int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes);

@@ -224,7 +224,9 @@ TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
       {{"--io-latency-ms", "-1"}, "--io-latency-ms: value -1 not in range"},
       {{"--prefetch", "predict", "--prefetch-min-score", "2"}, "--prefetch-min-score: value 2 not in range"},
       {{"--prefetch", "predict", "--prefetch-cap", "lots"}, "--prefetch-cap: 'lots' is not a size"},
-      {{"--prefetch-cap", "64MiB"}, "--prefetch-min-score and --prefetch-cap apply to --prefetch predict"}};
+      {{"--prefetch", "predict", "--intent-share", "1.5"}, "--intent-share: value 1.5 not in range"},
+      {{"--prefetch-cap", "64MiB"}, "--prefetch-min-score, --prefetch-cap and --intent-share apply to --prefetch predict"},
+      {{"--intent-share", "0"}, "--prefetch-min-score, --prefetch-cap and --intent-share apply to --prefetch predict"}};
   for (const auto& [flag, message] : cases) {
     SCOPED_TRACE(flag[0] + " " + flag[1] + (flag.size() > 2 ? " " + flag[2] : ""));
     std::vector<std::string> gen = {"generate", "-m", model_.string(), "-p", "hi"};
