@@ -146,14 +146,17 @@ void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
   requests_.clear();
   {
     const auto cache = cache_->lock();
-    if (!intent && (options_.prefetch_min_score > 0 || options_.prefetch_bytes_per_step > 0)) {
+    if (!intent && options_.mode == PrefetchMode::kPredict &&
+        (options_.prefetch_min_score > 0 || options_.prefetch_bytes_per_step != 0)) {
       // The nearest horizon first, then the most likely; below the threshold or past the cap dropped.
       kept_.assign(scores.begin(), scores.end());
       std::stable_sort(kept_.begin(), kept_.end(), [](const ExpertScore& a, const ExpertScore& b) {
         return a.horizon != b.horizon ? a.horizon < b.horizon : a.score > b.score;
       });
       const int64_t slot = cache->slot_bytes();
-      const int64_t cap = options_.prefetch_bytes_per_step;
+      const int64_t cap = options_.prefetch_bytes_per_step == StreamerOptions::kPrefetchCapTopK
+                              ? model_.config().n_expert_used * slot
+                              : options_.prefetch_bytes_per_step;
       size_t n = 0;
       for (const ExpertScore& s : kept_) {
         if (s.score < options_.prefetch_min_score) continue;

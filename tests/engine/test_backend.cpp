@@ -78,5 +78,27 @@ TEST(CpuBackend, BuffersArePageAlignedAndCopyRuns) {
   EXPECT_EQ(staging.data, nullptr);
 }
 
+// Buffers of 2 MiB or more start on a huge-page boundary (transparent huge pages can back them),
+// hold every byte asked for, and leave the neighbouring allocations untouched when freed.
+TEST(CpuBackend, LargeBuffersAreHugePageAligned) {
+  auto backend = make_cpu_backend();
+  constexpr size_t kHuge = size_t(2) << 20;
+  for (const size_t bytes : {kHuge, 3 * kHuge + 12345, size_t(7) << 20}) {
+    SCOPED_TRACE(bytes);
+    Buffer a = backend->alloc_device(bytes), b = backend->alloc_device(bytes);
+    ASSERT_NE(a.data, nullptr);
+    EXPECT_EQ(a.bytes, bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data) % kHuge, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data) % kHuge, 0u);
+    std::memset(a.data, 0x5a, bytes);
+    std::memset(b.data, 0xa5, bytes);
+    backend->free_device(a);
+    const auto* q = static_cast<const unsigned char*>(b.data);
+    EXPECT_EQ(q[0], 0xa5);
+    EXPECT_EQ(q[bytes - 1], 0xa5);
+    backend->free_device(b);
+  }
+}
+
 }  // namespace
 }  // namespace chronos

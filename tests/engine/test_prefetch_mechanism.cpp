@@ -231,10 +231,10 @@ TEST_F(PrefetchMechanism, PredictionsUnderTheThresholdOrOverTheCapAreNotRead) {
     StreamerStats stats;
     int64_t steps = 0;
   };
-  const auto run = [&](float min_score, int64_t cap_bytes) {
+  const auto run = [&](float min_score, int64_t cap_bytes, PrefetchMode mode = PrefetchMode::kPredict) {
     StreamerOptions options;
     options.budget_bytes = 12 * slot;
-    options.mode = PrefetchMode::kPredict;
+    options.mode = mode;
     options.intent_share = 0.0;  // only the per-token predictions are read ahead
     options.prefetch_min_score = min_score;
     options.prefetch_bytes_per_step = cap_bytes;
@@ -254,6 +254,15 @@ TEST_F(PrefetchMechanism, PredictionsUnderTheThresholdOrOverTheCapAreNotRead) {
   EXPECT_GT(all.stats.cache.prefetch_loads, capped.steps);
   EXPECT_LE(capped.stats.cache.prefetch_loads, capped.steps);
   EXPECT_GT(capped.stats.predictions_dropped, 0);
+  // The default of the CLI: the bytes of the model's top-k experts per step.
+  const int64_t top_k = Model::load(packed)->config().n_expert_used;
+  const Run top = run(0.0f, StreamerOptions::kPrefetchCapTopK);
+  EXPECT_LE(top.stats.cache.prefetch_loads, top_k * top.steps);
+  EXPECT_GE(top.stats.cache.prefetch_loads, capped.stats.cache.prefetch_loads);
+  // The filters are the predictions': the previous token's experts of --prefetch lru are not capped.
+  const Run lru = run(0.0f, StreamerOptions::kPrefetchCapTopK, PrefetchMode::kLru);
+  EXPECT_EQ(lru.stats.predictions_dropped, 0);
+  EXPECT_GT(lru.stats.predicted, top_k * lru.steps);
   // A probability no prediction reaches: nothing is read ahead.
   const Run none = run(1.0f, 0);
   EXPECT_EQ(none.stats.cache.prefetch_loads, 0);
