@@ -30,9 +30,9 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
 ROOT = Path(__file__).resolve().parent.parent
-TYPES = ["q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k"]
+TYPES = ["q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k"]  # new types last: TYPES.index seeds the rows
 BLOCK_BYTES = {"q8_0": (32, 34), "q4_0": (32, 18), "q5_0": (32, 22), "q2_k": (256, 84),
-               "q3_k": (256, 110), "q4_k": (256, 144), "q6_k": (256, 210)}
+               "q3_k": (256, 110), "q4_k": (256, 144), "q6_k": (256, 210), "q5_k": (256, 176)}
 
 
 def read_safetensors_rows(path: Path, name: str, rows: list[int]) -> np.ndarray:

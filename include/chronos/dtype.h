@@ -25,6 +25,7 @@ enum class DType : uint8_t {
   kQ3_K,  // 256 weights: 32 B high bits, 64 B of 2-bit q, 12 B of 6-bit scales, f16 d     110 B, 3.4375
   kQ4_K,  // 256 weights: f16 d, f16 dmin, 12 B of 6-bit scales and mins, 128 B of nibbles 144 B, 4.5
   kQ6_K,  // 256 weights: 128 B low nibbles, 64 B high 2 bits, 16 x int8 scale, f16 d      210 B, 6.5625
+  kQ5_K,  // 256 weights: Q4_K's d, dmin and scales, 32 B of fifth bits, 128 B of nibbles  176 B, 5.5
 };
 
 // Bits per element of a whole-byte type; CHRONOS_CHECK-fails for a block type (use dtype_row_bytes).
@@ -49,7 +50,7 @@ std::optional<DType> block_dtype_from_name(std::string_view name);
 
 // The type to store a row of row_length weights in when `wanted` is asked for, as GGUF writers do:
 // a K type (256-weight blocks) on a row that is not a multiple of 256 falls back to a 32-weight
-// type of at least as many bits: Q4_K -> Q5_0, Q2_K and Q3_K -> Q4_0, Q6_K -> Q8_0. A 32-block type
+// type of at least as many bits: Q4_K and Q5_K -> Q5_0, Q2_K and Q3_K -> Q4_0, Q6_K -> Q8_0. A 32-block type
 // stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
 // of 32 (no block type fits it: keep such a tensor in F16/BF16).
 DType block_dtype_for_row(DType wanted, int64_t row_length);

@@ -72,7 +72,8 @@ float dot_row_int8(DType dtype, const uint8_t* row, const uint8_t* xq, int64_t c
           min = w[q2_k::scales + g] >> 4;
           break;
         case DType::kQ3_K: scale = q3_k_scale(w + q3_k::scales, g); break;
-        case DType::kQ4_K: q4_k_scale_min(w + q4_k::scales, g, &scale, &min); break;
+        case DType::kQ4_K:
+        case DType::kQ5_K: q4_k_scale_min(w + q4_k::scales, g, &scale, &min); break;
         default: scale = int8_t(w[q6_k::scales + g]); break;  // Q6_K
       }
       scaled += scale * dot;
@@ -84,6 +85,7 @@ float dot_row_int8(DType dtype, const uint8_t* row, const uint8_t* xq, int64_t c
         acc = std::fma(-(read_f16(w + q2_k::dmin) * a->d), float(mins), acc);
         break;
       case DType::kQ4_K:
+      case DType::kQ5_K:
         acc = std::fma(read_f16(w + q4_k::d) * a->d, float(scaled), acc);
         acc = std::fma(-(read_f16(w + q4_k::dmin) * a->d), float(mins), acc);
         break;

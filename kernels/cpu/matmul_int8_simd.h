@@ -176,6 +176,9 @@ template <class Dot, DType D, int R, int T>
 // (Q4_K: one sub-block per chunk; the 16-group types: groups 2k and 2k + 1), and m_lo / m_hi the
 // int16 factors of the activation sums: Q4_K the 8 mins (against sums of 32), the others the
 // 16 (Q2_K: mins; Q3_K, Q6_K: the scales again, for the level offset) against sums of 16.
+// Q5_K's scales and mins are Q4_K's (the same bytes at the same offsets).
+constexpr bool has_q4_k_scales(DType d) { return d == DType::kQ4_K || d == DType::kQ5_K; }
+
 template <DType D>
 struct KScales {
   __m256i lo, hi;  // Q4_K: lo only (8 scales in each lane); else groups 0-7 and 8-15 in each lane
@@ -185,7 +188,7 @@ struct KScales {
 template <DType D>
 [[gnu::always_inline]] inline KScales<D> k_scales(const uint8_t* b) {
   KScales<D> s;
-  if constexpr (D == DType::kQ4_K) {
+  if constexpr (has_q4_k_scales(D)) {
     const __m128i packed = q4_k_scales_mins(b);
     s.lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
     s.hi = s.lo;
@@ -212,7 +215,7 @@ template <DType D>
 // Chunk k's scales, one int16 per 16-bit lane (the group of the lane's byte pair).
 template <DType D>
 [[gnu::always_inline]] inline __m256i chunk_scales(const KScales<D>& s, int k) {
-  if constexpr (D == DType::kQ4_K) return _mm256_shuffle_epi8(s.lo, word_broadcast(k, k));
+  if constexpr (has_q4_k_scales(D)) return _mm256_shuffle_epi8(s.lo, word_broadcast(k, k));
   const int pair = k % 4;  // groups 8 h + 2 pair and + 1, h = k / 4
   return _mm256_shuffle_epi8(k < 4 ? s.lo : s.hi, word_broadcast(2 * pair, 2 * pair + 1));
 }
@@ -225,6 +228,13 @@ template <DType D>
     // Weights 64 c + l and 64 c + 32 + l: low and high nibble of qs[32 c + l], c = k / 2.
     const __m256i v = load256(b + q4_k::qs + 32 * (k / 2));
     return k % 2 == 0 ? _mm256_and_si256(v, m15) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+  } else if constexpr (D == DType::kQ5_K) {
+    // Q4_K's nibbles (at q5_k::qs) plus 16 from bit k of qh[l].
+    const __m256i v = load256(b + q5_k::qs + 32 * (k / 2));
+    const __m256i low = k % 2 == 0 ? _mm256_and_si256(v, m15) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(load256(b + q5_k::qh), _mm_cvtsi32_si128(k)),
+                                          _mm256_set1_epi8(1));
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
   } else {
     const int h = k / 4, s = k % 4;  // weights 128 h + 32 s + [0, 32)
     if constexpr (D == DType::kQ6_K) {
@@ -259,7 +269,7 @@ template <DType D, int R, int T>
     dx[t] = a[t]->d;
     bs_a[t] = load128(a[t]->bsums);
     bs_b[t] = load128(a[t]->bsums + 8);
-    if constexpr (D == DType::kQ4_K) bs_a[t] = _mm_hadd_epi16(bs_a[t], bs_b[t]);  // sums over the 8 sub-blocks of 32
+    if constexpr (has_q4_k_scales(D)) bs_a[t] = _mm_hadd_epi16(bs_a[t], bs_b[t]);  // sums over the 8 sub-blocks of 32
   }
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
@@ -267,7 +277,7 @@ template <DType D, int R, int T>
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       scaled[r * T + t] = _mm256_setzero_si256();
-      mins[r * T + t] = D == DType::kQ4_K ? _mm_madd_epi16(s.m_lo, bs_a[t])
+      mins[r * T + t] = has_q4_k_scales(D) ? _mm_madd_epi16(s.m_lo, bs_a[t])
                                           : _mm_add_epi32(_mm_madd_epi16(s.m_lo, bs_a[t]), _mm_madd_epi16(s.m_hi, bs_b[t]));
     }
 #pragma GCC unroll 8
@@ -278,8 +288,8 @@ template <DType D, int R, int T>
         scaled[r * T + t] = _mm256_add_epi32(scaled[r * T + t], scaled_dot(u, load256(a[t]->qs + 32 * k), sc));
     }
   }
-  if constexpr (D == DType::kQ4_K || D == DType::kQ2_K) {
-    constexpr int d_at = D == DType::kQ4_K ? q4_k::d : q2_k::d, dmin_at = D == DType::kQ4_K ? q4_k::dmin : q2_k::dmin;
+  if constexpr (has_q4_k_scales(D) || D == DType::kQ2_K) {
+    constexpr int d_at = has_q4_k_scales(D) ? q4_k::d : q2_k::d, dmin_at = has_q4_k_scales(D) ? q4_k::dmin : q2_k::dmin;
     const __m128i s = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
     const __m128i m = hsum4(mins[0], mins[1], mins[2], mins[3]);
     const __m128 dd = lane_products<R, T>(blk, d_at, dx), dm = lane_products<R, T>(blk, dmin_at, dx);
@@ -303,6 +313,7 @@ constexpr int64_t block_bytes_of() {
          : D == DType::kQ2_K ? 84
          : D == DType::kQ3_K ? 110
          : D == DType::kQ4_K ? 144
+         : D == DType::kQ5_K ? 176
                              : 210;
 }
 

@@ -232,6 +232,10 @@ template <class V, DType D>
     return V::isub(V::ior(low, V::isll(high, 2)), V::iset1(4));
   } else if constexpr (D == DType::kQ4_K) {
     return bits(V::load_u8(b + q4_k::qs + (i / 64) * 32 + i % 32), 4 * ((i % 64) / 32), 0xF);
+  } else if constexpr (D == DType::kQ5_K) {
+    const I low = bits(V::load_u8(b + q5_k::qs + (i / 64) * 32 + i % 32), 4 * ((i % 64) / 32), 0xF);
+    const I high = bits(V::load_u8(b + q5_k::qh + i % 32), i / 32, 1);
+    return V::ior(low, V::isll(high, 4));
   } else {
     static_assert(D == DType::kQ6_K);
     const int h = i / 128, k = i % 128;

@@ -31,6 +31,7 @@ namespace q2_k { constexpr int scales = 0, qs = 16, d = 80, dmin = 82; }
 namespace q3_k { constexpr int hmask = 0, qs = 32, scales = 96, d = 108; }
 namespace q4_k { constexpr int d = 0, dmin = 2, scales = 4, qs = 16; }
 namespace q6_k { constexpr int ql = 0, qh = 128, scales = 192, d = 208; }
+namespace q5_k { constexpr int d = 0, dmin = 2, scales = 4, qh = 16, qs = 48; }  // Q4_K's first three fields
 
 inline float read_f16(const uint8_t* p) {
   uint16_t h;
@@ -44,7 +45,10 @@ inline void write_f16(uint8_t* p, float v) {
 
 // Weights per block (dtype_block_elements as a constant expression, for the kernels' templates).
 constexpr int block_elements_of(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ6_K ? 256 : 32;
+  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
+                 dtype == DType::kQ6_K
+             ? 256
+             : 32;
 }
 
 // Elements sharing one (mul, sub): the sub-block of the K types, the whole block of the others.
@@ -63,6 +67,7 @@ inline void with_block_type(DType dtype, F&& f) {
     case DType::kQ2_K: return f.template operator()<DType::kQ2_K>();
     case DType::kQ3_K: return f.template operator()<DType::kQ3_K>();
     case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
+    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
     case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
     default: return;  // callers check dtype_is_block first
   }
@@ -114,7 +119,8 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
       }
       return;
     }
-    case DType::kQ4_K: {
+    case DType::kQ4_K:
+    case DType::kQ5_K: {  // the same fields at the same offsets
       const float d = read_f16(b + q4_k::d), dmin = read_f16(b + q4_k::dmin);
       for (int g = 0; g < 8; ++g) {
         int scale, min;
@@ -182,6 +188,15 @@ inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
         for (int l = 0; l < 32; ++l) {
           q[c * 64 + l] = int8_t(b[q4_k::qs + c * 32 + l] & 0xF);
           q[c * 64 + 32 + l] = int8_t(b[q4_k::qs + c * 32 + l] >> 4);
+        }
+      return;
+    case DType::kQ5_K:
+      // Q4_K's nibbles (at q5_k::qs) plus 16 where bit i / 32 of qh[i % 32] is set (weight i).
+      for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) {
+          const uint8_t high = b[q5_k::qh + l];
+          q[c * 64 + l] = int8_t((b[q5_k::qs + c * 32 + l] & 0xF) | (((high >> (2 * c)) & 1) << 4));
+          q[c * 64 + 32 + l] = int8_t((b[q5_k::qs + c * 32 + l] >> 4) | (((high >> (2 * c + 1)) & 1) << 4));
         }
       return;
     case DType::kQ6_K:

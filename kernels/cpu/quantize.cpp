@@ -288,8 +288,9 @@ void quantize_q3_k(const float* x, uint8_t* b) {
     }
 }
 
-void quantize_q4_k(const float* x, uint8_t* b) {
-  uint8_t L[256];
+// Q4_K and Q5_K: 8 sub-blocks of 32 with a 6-bit scale and min each, levels 0..n_max (15 or 31)
+// in L; d, dmin and the packed scales written (the same fields of both types).
+void quantize_scale_min_k(const float* x, uint8_t* b, int n_max, float rmin, int n_step, uint8_t* L) {
   float scales[8], mins[8], weights[32];
   float max_scale = 0.0f, max_min = 0.0f;
   for (int j = 0; j < 8; ++j) {
@@ -298,7 +299,7 @@ void quantize_q4_k(const float* x, uint8_t* b) {
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float rms = std::sqrt(sum_x2 / 32.0f);
     for (int l = 0; l < 32; ++l) weights[l] = rms + std::fabs(x[32 * j + l]);
-    scales[j] = fit_scale_min(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, false);
+    scales[j] = fit_scale_min(32, n_max, x + 32 * j, weights, L + 32 * j, &mins[j], rmin, 0.1f, n_step, false);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
@@ -330,10 +331,28 @@ void quantize_q4_k(const float* x, uint8_t* b) {
       std::fill(L + 32 * j, L + 32 * j + 32, uint8_t(0));
       continue;
     }
-    requantize_group(x + 32 * j, 32, dl, dmin * float(min), 15, L + 32 * j);
+    requantize_group(x + 32 * j, 32, dl, dmin * float(min), n_max, L + 32 * j);
   }
+}
+
+void quantize_q4_k(const float* x, uint8_t* b) {
+  uint8_t L[256];
+  quantize_scale_min_k(x, b, 15, -1.0f, 20, L);
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l) b[q4_k::qs + c * 32 + l] = uint8_t(L[c * 64 + l] | (L[c * 64 + 32 + l] << 4));
+}
+
+// The search of llama.cpp's reference Q5_K quantizer: a narrower start (rmin -0.5), 15 steps.
+void quantize_q5_k(const float* x, uint8_t* b) {
+  uint8_t L[256];
+  quantize_scale_min_k(x, b, 31, -0.5f, 15, L);
+  std::memset(b + q5_k::qh, 0, 32);
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t low = L[c * 64 + l], high = L[c * 64 + 32 + l];
+      b[q5_k::qs + c * 32 + l] = uint8_t((low & 0xF) | ((high & 0xF) << 4));
+      b[q5_k::qh + l] |= uint8_t(((low >> 4) << (2 * c)) | ((high >> 4) << (2 * c + 1)));
+    }
 }
 
 void quantize_q6_k(const float* x, uint8_t* b) {
@@ -390,6 +409,7 @@ void quantize_row_scalar(void* out, const float* x, DType dtype, int64_t n) {
       case DType::kQ2_K: quantize_q2_k(xb, b); break;
       case DType::kQ3_K: quantize_q3_k(xb, b); break;
       case DType::kQ4_K: quantize_q4_k(xb, b); break;
+      case DType::kQ5_K: quantize_q5_k(xb, b); break;
       case DType::kQ6_K: quantize_q6_k(xb, b); break;
       default: CHRONOS_CHECK_MSG(false, "quantize_row: no quantizer for {}", dtype_name(dtype));
     }

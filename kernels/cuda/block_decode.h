@@ -7,7 +7,7 @@
 // Why eight: a warp then covers 256 weights per step, one K super-block or eight 32-weight
 // blocks, and eight aligned weights never straddle a scale group (16 or 32 weights), so each lane
 // forms its group's factors once and reads contiguous bytes that the warp's neighbours continue.
-// Bytes are read one at a time: block strides (18, 22, 34, 84, 110, 210 bytes) leave no alignment
+// Bytes are read one at a time: block strides (18, 22, 34, 84, 110, 144, 176, 210 bytes) leave no alignment
 // to rely on, and rows may start anywhere an expert cache slot puts them.
 #pragma once
 
@@ -24,12 +24,15 @@ namespace chronos::cuda::dm {
 
 CHRONOS_HD constexpr bool is_block_dtype(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kQ2_K ||
-         dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ6_K;
+         dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
 }
 
 // dtype_block_elements and dtype_block_bytes of chronos/dtype.h as constant expressions.
 CHRONOS_HD constexpr int block_elements(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ6_K ? 256 : 32;
+  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
+                 dtype == DType::kQ6_K
+             ? 256
+             : 32;
 }
 CHRONOS_HD constexpr int block_bytes(DType dtype) {
   switch (dtype) {
@@ -39,6 +42,7 @@ CHRONOS_HD constexpr int block_bytes(DType dtype) {
     case DType::kQ2_K: return 84;
     case DType::kQ3_K: return 110;
     case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
     case DType::kQ6_K: return 210;
     default: return 0;
   }
@@ -121,15 +125,21 @@ CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kB
         q[j] = low - (high ? 0 : 4);
       }
     }
-  } else if constexpr (D == DType::kQ4_K) {
-    // d @0, dmin @2, scales[12] @4, qs[128] @16: weights 64 c + l and 64 c + 32 + l are the low and
-    // high nibble of qs[32 c + l]; groups of 32.
+  } else if constexpr (D == DType::kQ4_K || D == DType::kQ5_K) {
+    // d @0, dmin @2, scales[12] @4, qs[128] @16 (Q5_K: qh[32] @16, qs @48): weights 64 c + l and
+    // 64 c + 32 + l are the low and high nibble of qs[32 c + l], Q5_K's plus 16 where bit
+    // (64 c + l) / 32 of qh[l] is set; groups of 32.
     const int c = first / 64, shift = first % 64 >= 32 ? 4 : 0, l0 = first % 32, g = first / 32;
     int scale = 0, min = 0;
     q4_k_scale_min(b + 4, g, scale, min);
     mul = read_f16(b) * float(scale);
     sub = read_f16(b + 2) * float(min);
-    for (int j = 0; j < kBlockPiece; ++j) q[j] = (b[16 + 32 * c + l0 + j] >> shift) & 0xF;
+    if constexpr (D == DType::kQ4_K) {
+      for (int j = 0; j < kBlockPiece; ++j) q[j] = (b[16 + 32 * c + l0 + j] >> shift) & 0xF;
+    } else {
+      for (int j = 0; j < kBlockPiece; ++j)
+        q[j] = ((b[48 + 32 * c + l0 + j] >> shift) & 0xF) | (((b[16 + l0 + j] >> g) & 1) << 4);
+    }
   } else {
     // Q6_K: ql[128] @0, qh[64] @128, scales int8[16] @192, d @208. Weight 128 h + k: nibble k / 64
     // of ql[64 h + k % 64], bits 2 (k / 32) of qh[32 h + k % 32] as bits 4-5; minus 32; groups of 16.

@@ -71,6 +71,7 @@ void with_weight_dtype(DType dtype, const char* op, F&& f) {
     case DType::kQ2_K: return f(std::integral_constant<DType, DType::kQ2_K>{});
     case DType::kQ3_K: return f(std::integral_constant<DType, DType::kQ3_K>{});
     case DType::kQ4_K: return f(std::integral_constant<DType, DType::kQ4_K>{});
+    case DType::kQ5_K: return f(std::integral_constant<DType, DType::kQ5_K>{});
     case DType::kQ6_K: return f(std::integral_constant<DType, DType::kQ6_K>{});
     default: return;  // rejected by require_weight_dtype
   }

@@ -21,7 +21,7 @@ struct DTypeInfo {
   int block_bytes = 0;
 };
 
-constexpr std::array<DTypeInfo, 24> kDTypes = {{
+constexpr std::array<DTypeInfo, 25> kDTypes = {{
     {DType::kBool, "BOOL", 8},      {DType::kU8, "U8", 8},          {DType::kI8, "I8", 8},
     {DType::kF8E5M2, "F8_E5M2", 8}, {DType::kF8E4M3, "F8_E4M3", 8}, {DType::kF8E8M0, "F8_E8M0", 8},
     {DType::kI16, "I16", 16},       {DType::kU16, "U16", 16},       {DType::kF16, "F16", 16},
@@ -32,7 +32,7 @@ constexpr std::array<DTypeInfo, 24> kDTypes = {{
     {DType::kQ8_0, "Q8_0", 0, 32, 34},   {DType::kQ4_0, "Q4_0", 0, 32, 18},
     {DType::kQ5_0, "Q5_0", 0, 32, 22},   {DType::kQ2_K, "Q2_K", 0, 256, 84},
     {DType::kQ3_K, "Q3_K", 0, 256, 110}, {DType::kQ4_K, "Q4_K", 0, 256, 144},
-    {DType::kQ6_K, "Q6_K", 0, 256, 210},
+    {DType::kQ6_K, "Q6_K", 0, 256, 210}, {DType::kQ5_K, "Q5_K", 0, 256, 176},
 }};
 
 const DTypeInfo& info(DType dtype) {
@@ -93,7 +93,8 @@ DType block_dtype_for_row(DType wanted, int64_t row_length) {
                     "block_dtype_for_row: a row of {} weights fits no block type", row_length);
   if (row_length % dtype_block_elements(wanted) == 0) return wanted;
   switch (wanted) {
-    case DType::kQ4_K: return DType::kQ5_0;
+    case DType::kQ4_K:
+    case DType::kQ5_K: return DType::kQ5_0;
     case DType::kQ6_K: return DType::kQ8_0;
     default: return DType::kQ4_0;  // Q2_K, Q3_K
   }

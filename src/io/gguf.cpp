@@ -246,6 +246,7 @@ std::optional<uint32_t> ggml_type_of(DType dtype) {
     case DType::kQ2_K: return 10;
     case DType::kQ3_K: return 11;
     case DType::kQ4_K: return 12;
+    case DType::kQ5_K: return 13;
     case DType::kQ6_K: return 14;
     case DType::kBF16: return 30;
     default: return std::nullopt;
@@ -262,6 +263,7 @@ std::optional<DType> dtype_of_ggml_type(uint32_t ggml_type) {
     case 10: return DType::kQ2_K;
     case 11: return DType::kQ3_K;
     case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
     case 14: return DType::kQ6_K;
     case 30: return DType::kBF16;
     default: return std::nullopt;

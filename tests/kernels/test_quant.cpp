@@ -22,7 +22,7 @@ using test::IsaGuard;
 // The tests below hold the exact f32-activation path (test_quant_int8.cpp covers the int8 one).
 
 const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K};
+                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K};
 
 TEST(BlockDType, SizesAndNamesAreGguf) {
   struct Expected {
@@ -33,7 +33,7 @@ TEST(BlockDType, SizesAndNamesAreGguf) {
   const Expected expected[] = {{DType::kQ8_0, "Q8_0", 32, 34},   {DType::kQ4_0, "Q4_0", 32, 18},
                                {DType::kQ5_0, "Q5_0", 32, 22},   {DType::kQ2_K, "Q2_K", 256, 84},
                                {DType::kQ3_K, "Q3_K", 256, 110}, {DType::kQ4_K, "Q4_K", 256, 144},
-                               {DType::kQ6_K, "Q6_K", 256, 210}};
+                               {DType::kQ6_K, "Q6_K", 256, 210}, {DType::kQ5_K, "Q5_K", 256, 176}};
   for (const auto& e : expected) {
     EXPECT_TRUE(dtype_is_block(e.dtype)) << e.name;
     EXPECT_EQ(dtype_name(e.dtype), e.name);
@@ -62,6 +62,7 @@ TEST(BlockDType, ShortRowsFallBackToA32BlockType) {
   EXPECT_EQ(block_dtype_for_row(DType::kQ4_K, 768), DType::kQ4_K);
   EXPECT_EQ(block_dtype_for_row(DType::kQ4_K, 128), DType::kQ5_0);  // the demo model's down_proj rows
   EXPECT_EQ(block_dtype_for_row(DType::kQ6_K, 128), DType::kQ8_0);
+  EXPECT_EQ(block_dtype_for_row(DType::kQ5_K, 128), DType::kQ5_0);
   EXPECT_EQ(block_dtype_for_row(DType::kQ2_K, 320), DType::kQ4_0);
   EXPECT_EQ(block_dtype_for_row(DType::kQ3_K, 96), DType::kQ4_0);
   EXPECT_EQ(block_dtype_for_row(DType::kQ8_0, 96), DType::kQ8_0);
@@ -91,7 +92,7 @@ std::vector<float> quantize_dequantize(DType dtype, const std::vector<float>& x)
 TEST(Quantize, ErrorIsWithinTheFormatsBound) {
   const std::pair<DType, double> bounds[] = {{DType::kQ8_0, 0.008}, {DType::kQ4_0, 0.11}, {DType::kQ5_0, 0.055},
                                              {DType::kQ2_K, 0.32},  {DType::kQ3_K, 0.18}, {DType::kQ4_K, 0.08},
-                                             {DType::kQ6_K, 0.022}};
+                                             {DType::kQ6_K, 0.022}, {DType::kQ5_K, 0.045}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(4096);

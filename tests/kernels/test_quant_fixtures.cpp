@@ -73,7 +73,7 @@ QuantFixture load_fixture(const std::string& path) {
   return f;
 }
 
-const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k"};
+const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k"};
 
 std::string fixture_path(const char* type) {
   return std::string(CHRONOS_TEST_DATA_DIR) + "/quant/" + type + ".bin";
