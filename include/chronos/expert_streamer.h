@@ -52,9 +52,9 @@ struct StreamerOptions {
   // Prefetch only what is worth its bytes: predictions scored below this probability are neither
   // read nor protected, and of the rest at most this many bytes per forward step are read (the
   // nearest horizons and highest scores first; experts already resident are not counted; 0: no
-  // cap; kPrefetchCapTopK: the bytes of the model's top-k experts, one layer's routed experts,
-  // the CLI's default). The intent set at prefill is not capped.
-  static constexpr int64_t kPrefetchCapTopK = -1;
+  // cap; kPrefetchCapHalfTopK: the bytes of half the model's top-k experts, at least one, the
+  // CLI's default). The intent set at prefill is not capped.
+  static constexpr int64_t kPrefetchCapHalfTopK = -1;
   float prefetch_min_score = 0.0f;
   int64_t prefetch_bytes_per_step = 0;
 };

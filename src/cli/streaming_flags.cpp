@@ -40,7 +40,7 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
                   "probability (0..1)");
   sub->add_option("--prefetch-cap", f.prefetch_cap,
                   "Pack folders, --prefetch predict: at most this many bytes read ahead per token (64MiB, 2%; none: "
-                  "no cap), the nearest and most likely first (default: the bytes of top-k experts, one layer's)");
+                  "no cap), the nearest and most likely first (default: the bytes of half the top-k experts)");
   sub->add_option("--intent-share", f.intent_share,
                   "Pack folders, --prefetch predict: share of the expert cache (0..1) the IntentClassifier's set "
                   "read at prefill may fill; 0 turns it off (default 0.5)");
@@ -106,7 +106,7 @@ float parse_prefetch_min_score(const std::string& text) {
 }
 
 int64_t parse_prefetch_cap(const std::string& text, int64_t expert_bytes) {
-  if (text.empty()) return StreamerOptions::kPrefetchCapTopK;
+  if (text.empty()) return StreamerOptions::kPrefetchCapHalfTopK;
   if (text == "none") return 0;
   return budget_of(text, expert_bytes, "--prefetch-cap");
 }

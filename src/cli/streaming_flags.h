@@ -22,7 +22,7 @@ struct StreamingFlags {
   std::string prefetch = "none";
   std::string eviction = "next-use";
   std::string prefetch_min_score;  // empty: every prediction
-  std::string prefetch_cap;        // empty: top-k experts' bytes read ahead per token at most; "none": no cap
+  std::string prefetch_cap;        // empty: half the top-k experts' bytes per token at most; "none": no cap
   std::string intent_share;        // empty: StreamerOptions' default share of the cache for the prefill set
   std::string io_latency_ms = "0";
   bool pread = false;
@@ -44,7 +44,7 @@ OnMiss parse_on_miss(const std::string& text);
 std::optional<float> parse_wait_above(const std::string& text);
 PrefetchMode parse_prefetch(const std::string& text);
 // --prefetch-min-score: a probability in [0, 1]; --prefetch-cap: bytes per token (64MiB, 2%), 0 for
-// "none", StreamerOptions::kPrefetchCapTopK for the empty text (the default).
+// "none", StreamerOptions::kPrefetchCapHalfTopK for the empty text (the default).
 float parse_prefetch_min_score(const std::string& text);
 int64_t parse_prefetch_cap(const std::string& text, int64_t expert_bytes);
 // --intent-share: the share of the cache, in [0, 1], the IntentClassifier's prefill set may fill.

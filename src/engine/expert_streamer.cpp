@@ -154,8 +154,8 @@ void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
         return a.horizon != b.horizon ? a.horizon < b.horizon : a.score > b.score;
       });
       const int64_t slot = cache->slot_bytes();
-      const int64_t cap = options_.prefetch_bytes_per_step == StreamerOptions::kPrefetchCapTopK
-                              ? model_.config().n_expert_used * slot
+      const int64_t cap = options_.prefetch_bytes_per_step == StreamerOptions::kPrefetchCapHalfTopK
+                              ? std::max<int64_t>(1, model_.config().n_expert_used / 2) * slot
                               : options_.prefetch_bytes_per_step;
       size_t n = 0;
       for (const ExpertScore& s : kept_) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -254,13 +255,13 @@ TEST_F(PrefetchMechanism, PredictionsUnderTheThresholdOrOverTheCapAreNotRead) {
   EXPECT_GT(all.stats.cache.prefetch_loads, capped.steps);
   EXPECT_LE(capped.stats.cache.prefetch_loads, capped.steps);
   EXPECT_GT(capped.stats.predictions_dropped, 0);
-  // The default of the CLI: the bytes of the model's top-k experts per step.
+  // The default of the CLI: the bytes of half the model's top-k experts (at least one) per step.
   const int64_t top_k = Model::load(packed)->config().n_expert_used;
-  const Run top = run(0.0f, StreamerOptions::kPrefetchCapTopK);
-  EXPECT_LE(top.stats.cache.prefetch_loads, top_k * top.steps);
-  EXPECT_GE(top.stats.cache.prefetch_loads, capped.stats.cache.prefetch_loads);
+  const Run half = run(0.0f, StreamerOptions::kPrefetchCapHalfTopK);
+  EXPECT_LE(half.stats.cache.prefetch_loads, std::max<int64_t>(1, top_k / 2) * half.steps);
+  EXPECT_GE(half.stats.cache.prefetch_loads, capped.stats.cache.prefetch_loads);
   // The filters are the predictions': the previous token's experts of --prefetch lru are not capped.
-  const Run lru = run(0.0f, StreamerOptions::kPrefetchCapTopK, PrefetchMode::kLru);
+  const Run lru = run(0.0f, StreamerOptions::kPrefetchCapHalfTopK, PrefetchMode::kLru);
   EXPECT_EQ(lru.stats.predictions_dropped, 0);
   EXPECT_GT(lru.stats.predicted, top_k * lru.steps);
   // A probability no prediction reaches: nothing is read ahead.
