@@ -259,7 +259,7 @@ TEST_F(PrefetchMechanism, PredictionsUnderTheThresholdOrOverTheCapAreNotRead) {
   const int64_t top_k = Model::load(packed)->config().n_expert_used;
   const Run half = run(0.0f, StreamerOptions::kPrefetchCapHalfTopK);
   EXPECT_LE(half.stats.cache.prefetch_loads, std::max<int64_t>(1, top_k / 2) * half.steps);
-  EXPECT_GE(half.stats.cache.prefetch_loads, capped.stats.cache.prefetch_loads);
+  EXPECT_GT(half.stats.predictions_dropped, 0);
   // The filters are the predictions': the previous token's experts of --prefetch lru are not capped.
   const Run lru = run(0.0f, StreamerOptions::kPrefetchCapHalfTopK, PrefetchMode::kLru);
   EXPECT_EQ(lru.stats.predictions_dropped, 0);
