@@ -357,7 +357,7 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
     const auto dtype = dtype_of_ggml_type(tensor.ggml_type);
     if (!dtype) {
       fail(path, fmt::format("{}: ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q2_K, "
-                             "Q3_K, Q4_K, Q6_K)",
+                             "Q3_K, Q4_K, Q5_K, Q6_K)",
                              what, ggml_type_name(tensor.ggml_type)));
     }
     tensor.dtype = *dtype;

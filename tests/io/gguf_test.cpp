@@ -279,13 +279,31 @@ TEST_F(GgufTest, RefusesUnsupportedAndUnknownTypes) {
   const TensorFields matrix = tensor_fields(bytes, "matrix", 2);
   put<uint32_t>(bytes, matrix.type, 16);
   expect_rejected(bytes, {"tensor matrix", "IQ2_XXS", "not supported"});
-  put<uint32_t>(bytes, matrix.type, 13);
-  expect_rejected(bytes, {"tensor matrix", "Q5_K"});
+  put<uint32_t>(bytes, matrix.type, 7);
+  expect_rejected(bytes, {"tensor matrix", "Q5_1", "not supported", "Q5_K"});  // the list names what is
+  put<uint32_t>(bytes, matrix.type, 13);  // Q5_K is read; this matrix's rows are not whole 256-blocks
+  expect_rejected(bytes, {"tensor matrix", "not whole 256-element blocks of Q5_K"});
   put<uint32_t>(bytes, matrix.type, 999);
   expect_rejected(bytes, {"tensor matrix", "type 999"});
   bytes = bytes_;
   put<uint32_t>(bytes, after_string(bytes, "test.u8"), 13);  // value type
   expect_rejected(bytes, {"key test.u8", "unknown value type 13"});
+}
+
+// ggml's type ids (ggml.h) for every type Chronos reads, both ways; the others have none.
+TEST(GgufTypes, IdsAreGgmlsBothWays) {
+  const std::pair<DType, uint32_t> ids[] = {{DType::kF32, 0},   {DType::kF16, 1},   {DType::kQ4_0, 2},
+                                            {DType::kQ5_0, 6},  {DType::kQ8_0, 8},  {DType::kQ2_K, 10},
+                                            {DType::kQ3_K, 11}, {DType::kQ4_K, 12}, {DType::kQ5_K, 13},
+                                            {DType::kQ6_K, 14}, {DType::kBF16, 30}};
+  for (const auto& [dtype, id] : ids) {
+    EXPECT_EQ(ggml_type_of(dtype), id) << dtype_name(dtype);
+    EXPECT_EQ(dtype_of_ggml_type(id), dtype) << id;
+    EXPECT_EQ(ggml_type_name(id), dtype_name(dtype)) << id;
+  }
+  for (const uint32_t unsupported : {3u, 7u, 9u, 15u, 16u, 20u, 999u})
+    EXPECT_FALSE(dtype_of_ggml_type(unsupported)) << unsupported;
+  EXPECT_FALSE(ggml_type_of(DType::kI32).has_value());
 }
 
 TEST_F(GgufTest, RefusesDuplicates) {
