@@ -58,6 +58,8 @@ ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& 
   cache_options.budget_bytes = options.budget_bytes;
   cache_options.slot_bytes = largest_extent(manifest_);
   cache_options.policy = options.policy;
+  if (options_.prefetch_bytes_per_step == StreamerOptions::kPrefetchCapHalfTopK)
+    options_.prefetch_bytes_per_step = std::max<int64_t>(1, c.n_expert_used / 2) * cache_options.slot_bytes;
   if (options.on_miss == OnMiss::kLowbit) {
     // The copies are resident for the whole run, inside the one expert budget; the rest is slots.
     if (!manifest_.lowbit)
@@ -147,16 +149,14 @@ void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
   {
     const auto cache = cache_->lock();
     if (!intent && options_.mode == PrefetchMode::kPredict &&
-        (options_.prefetch_min_score > 0 || options_.prefetch_bytes_per_step != 0)) {
+        (options_.prefetch_min_score > 0 || options_.prefetch_bytes_per_step > 0)) {
       // The nearest horizon first, then the most likely; below the threshold or past the cap dropped.
       kept_.assign(scores.begin(), scores.end());
       std::stable_sort(kept_.begin(), kept_.end(), [](const ExpertScore& a, const ExpertScore& b) {
         return a.horizon != b.horizon ? a.horizon < b.horizon : a.score > b.score;
       });
       const int64_t slot = cache->slot_bytes();
-      const int64_t cap = options_.prefetch_bytes_per_step == StreamerOptions::kPrefetchCapHalfTopK
-                              ? std::max<int64_t>(1, model_.config().n_expert_used / 2) * slot
-                              : options_.prefetch_bytes_per_step;
+      const int64_t cap = options_.prefetch_bytes_per_step;
       size_t n = 0;
       for (const ExpertScore& s : kept_) {
         if (s.score < options_.prefetch_min_score) continue;

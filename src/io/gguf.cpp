@@ -282,6 +282,18 @@ std::string ggml_type_name(uint32_t ggml_type) {
   return fmt::format("type {}", ggml_type);
 }
 
+namespace {
+
+// The names of the ggml types dtype_of_ggml_type maps, in id order: the list an error gives.
+std::string supported_ggml_types() {
+  std::string names;
+  for (uint32_t id = 0; id < 64; ++id)
+    if (dtype_of_ggml_type(id)) names += (names.empty() ? "" : ", ") + ggml_type_name(id);
+  return names;
+}
+
+}  // namespace
+
 std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = path;
@@ -356,9 +368,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
     entry.offset = cursor.read<uint64_t>(what + ": offset");
     const auto dtype = dtype_of_ggml_type(tensor.ggml_type);
     if (!dtype) {
-      fail(path, fmt::format("{}: ggml type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q2_K, "
-                             "Q3_K, Q4_K, Q5_K, Q6_K)",
-                             what, ggml_type_name(tensor.ggml_type)));
+      fail(path, fmt::format("{}: ggml type {} is not supported (supported: {})", what,
+                             ggml_type_name(tensor.ggml_type), supported_ggml_types()));
     }
     tensor.dtype = *dtype;
 
