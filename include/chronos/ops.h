@@ -42,16 +42,28 @@ void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, Thr
 void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens,
                  int64_t row_begin, int64_t row_end);
 
+// matmul_rows over activations prepared once for many calls (the MoE block's row chunks of one
+// expert): prepare_activations writes x[n_tokens, w.cols] as the 8-bit activation blocks w's
+// integer path reads (prepared_activation_bytes(w, n_tokens) bytes, 8-byte aligned; 0 when w
+// takes the f32 path, and then nothing is written), and matmul_rows_prepared is matmul_rows with
+// them: the same results, without quantizing x again. xq may serve every weight for which
+// same_prepared_activations(w, w_prepared) holds; x is still given (the f32 path reads it).
+int64_t prepared_activation_bytes(const WeightView& w, int64_t n_tokens);
+void prepare_activations(void* xq, const float* x, const WeightView& w, int64_t n_tokens);
+bool same_prepared_activations(const WeightView& a, const WeightView& b);
+void matmul_rows_prepared(float* y, const float* x, const void* xq, const WeightView& w, int64_t n_tokens,
+                          int64_t row_begin, int64_t row_end);
+
 // How matmul multiplies block-type weights (Q8_0 ... Q6_K) by the f32 activations
 // (docs/quantization.md has the measurements behind the default):
 // - kF32: the exact dequantized weights times the f32 activations (f32 FMA).
 // - kInt8: each activation row rounded per block to 8 bits (a 32-block with an f32 scale for the
 //   32-weight types, a 256-block with an f32 scale and 16-element sums for the K types), once per
-//   matmul / matmul_rows call, then integer dot products and one f32 step per block. Faster, with a
+//   matmul / matmul_rows call (or prepare_activations), then integer dot products and one f32 step per block. Faster, with a
 //   relative error of about 0.5% on the product. Bit-identical across ISAs, thread counts and
 //   batch sizes, as kF32 is.
-// F32/F16/BF16 weights always take the f32 path. The initial mode is kF32 unless the environment
-// variable CHRONOS_BLOCK_ACTIVATIONS is "int8" ("f32" is also accepted; anything else is an Error
+// F32/F16/BF16 weights always take the f32 path. The initial mode is kInt8 unless the environment
+// variable CHRONOS_BLOCK_ACTIVATIONS is "f32" ("int8" is also accepted; anything else is an Error
 // at first use).
 enum class BlockActivationMode { kF32, kInt8 };
 void set_block_activation_mode(BlockActivationMode mode);  // process-wide, as set_isa

@@ -52,6 +52,7 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   s->top_w.resize(size_t(slots));
   s->plan = MoePlan(c, max_batch);
   s->items.reserve(size_t(std::max<int64_t>(c.n_expert, 1) * 64));
+  s->expert_xq_at.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
   s->logits.resize(size_t(c.n_vocab));
 
   rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);

@@ -107,6 +107,34 @@ void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens
   kernels.matmul_rows(y, x, w, n_tokens, row_begin, row_end);
 }
 
+int64_t prepared_activation_bytes(const WeightView& w, int64_t n_tokens) {
+  check_weight(w, "prepare_activations");
+  CHRONOS_CHECK(n_tokens >= 0);
+  if (!use_int8(w.dtype)) return 0;
+  return (n_tokens * kernels::activation_row_bytes(w.dtype, w.cols) + 7) / 8 * 8;
+}
+
+void prepare_activations(void* xq, const float* x, const WeightView& w, int64_t n_tokens) {
+  if (prepared_activation_bytes(w, n_tokens) == 0 || n_tokens == 0) return;
+  kernels::active_kernels().quantize_activations(xq, x, w.dtype, n_tokens, w.cols);
+}
+
+bool same_prepared_activations(const WeightView& a, const WeightView& b) {
+  if (a.cols != b.cols || use_int8(a.dtype) != use_int8(b.dtype)) return false;
+  // The 32-weight types share one activation block, the K types another.
+  return !use_int8(a.dtype) || (dtype_block_elements(a.dtype) == dtype_block_elements(b.dtype));
+}
+
+void matmul_rows_prepared(float* y, const float* x, const void* xq, const WeightView& w, int64_t n_tokens,
+                          int64_t row_begin, int64_t row_end) {
+  check_weight(w, "matmul_rows");
+  CHRONOS_CHECK(n_tokens >= 0 && 0 <= row_begin && row_begin <= row_end && row_end <= w.rows);
+  if (n_tokens == 0 || row_begin == row_end) return;
+  const auto& kernels = kernels::active_kernels();
+  if (use_int8(w.dtype)) return kernels.matmul_rows_int8(y, xq, w, n_tokens, row_begin, row_end);
+  kernels.matmul_rows(y, x, w, n_tokens, row_begin, row_end);
+}
+
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row) {
   check_weight(w, "weight_row_to_f32");
   if (row < 0 || row >= w.rows) throw_error("weight_row_to_f32: row {} is outside [0, {})", row, w.rows);

@@ -249,6 +249,56 @@ TEST(Int8Matmul, BitIdenticalAcrossThreadsBatchesAndRowRanges) {
   }
 }
 
+// Activations prepared once (the MoE block's path) give matmul_rows' bits, in both modes, for
+// every weight that shares the prepared format; F16 weights and the f32 mode prepare nothing.
+TEST(Int8Matmul, PreparedActivationsGiveMatmulRowsBits) {
+  IsaGuard guard;
+  const int64_t rows = 70, cols = 512, n_tokens = 5;
+  const auto x = make_activations(n_tokens, cols, 31);
+  for (BlockActivationMode m : {BlockActivationMode::kInt8, BlockActivationMode::kF32}) {
+    test::BlockModeGuard mode(m);
+    for (DType dtype : kBlockTypes) {
+      const auto w = test::make_quant_weights(dtype, rows, cols, 32);
+      const int64_t bytes = ops::prepared_activation_bytes(w.view(), n_tokens);
+      if (m == BlockActivationMode::kF32) {
+        EXPECT_EQ(bytes, 0) << dtype_name(dtype);
+      } else {
+        EXPECT_EQ(bytes, (n_tokens * kernels::activation_row_bytes(dtype, cols) + 7) / 8 * 8) << dtype_name(dtype);
+      }
+      std::vector<uint64_t> xq(size_t(bytes / 8));
+      for (Isa isa : available_isas()) {
+        set_isa(isa);
+        ops::prepare_activations(xq.data(), x.data(), w.view(), n_tokens);
+        // A same-format weight of another type reads the same blocks (Q4_K prepared, Q6_K used).
+        for (DType other : kBlockTypes) {
+          const auto v = test::make_quant_weights(other, rows, cols, 33);
+          const bool same = ops::same_prepared_activations(v.view(), w.view());
+          EXPECT_EQ(same, m == BlockActivationMode::kF32 || dtype_block_elements(other) == dtype_block_elements(dtype))
+              << dtype_name(other) << " with " << dtype_name(dtype);
+          if (!same) continue;
+          const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(other)) + " on " + std::string(dtype_name(dtype)) +
+                                   "'s activations, " + ops::block_activation_mode_name(m);
+          for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {69, 70}}) {
+            std::vector<float> y(size_t(n_tokens * rows), -7.0f), ref(y.size(), -7.0f);
+            ops::matmul_rows(ref.data(), x.data(), v.view(), n_tokens, begin, end);
+            ops::matmul_rows_prepared(y.data(), x.data(), xq.data(), v.view(), n_tokens, begin, end);
+            expect_bits_equal(y, ref, what);
+          }
+        }
+      }
+    }
+  }
+  const auto f16 = test::make_weights(DType::kF16, rows, cols, 34);
+  const auto q8 = test::make_quant_weights(DType::kQ8_0, rows, cols, 35);
+  test::BlockModeGuard mode(BlockActivationMode::kInt8);
+  EXPECT_EQ(ops::prepared_activation_bytes(f16.view(), n_tokens), 0);
+  EXPECT_FALSE(ops::same_prepared_activations(f16.view(), q8.view()));
+  std::vector<float> y(size_t(n_tokens * rows)), ref(y.size());
+  ops::matmul_rows(ref.data(), x.data(), f16.view(), n_tokens, 0, rows);
+  ops::matmul_rows_prepared(y.data(), x.data(), nullptr, f16.view(), n_tokens, 0, rows);
+  expect_bits_equal(y, ref, "F16");
+}
+
 TEST(Int8Matmul, NonFiniteActivationsGiveNaN) {
   IsaGuard guard;
   test::BlockModeGuard mode(BlockActivationMode::kInt8);
