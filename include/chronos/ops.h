@@ -54,14 +54,20 @@ bool same_prepared_activations(const WeightView& a, const WeightView& b);
 void matmul_rows_prepared(float* y, const float* x, const void* xq, const WeightView& w, int64_t n_tokens,
                           int64_t row_begin, int64_t row_end);
 
+// Gives every thread of the pool its kernel buffers (f32 weight tiles, activation blocks) at
+// their reserved size now. They otherwise grow on a thread's first use, which, with dynamic task
+// scheduling, can come in any later step: a caller that needs steps to allocate nothing from
+// the first one calls this first. Rows of up to 16384 columns (4-row tiles) fit the reserve.
+void reserve_thread_buffers(ThreadPool& pool);
+
 // How matmul multiplies block-type weights (Q8_0 ... Q6_K) by the f32 activations
 // (docs/quantization.md has the measurements behind the default):
 // - kF32: the exact dequantized weights times the f32 activations (f32 FMA).
 // - kInt8: each activation row rounded per block to 8 bits (a 32-block with an f32 scale for the
 //   32-weight types, a 256-block with an f32 scale and 16-element sums for the K types), once per
-//   matmul / matmul_rows call (or prepare_activations), then integer dot products and one f32 step per block. Faster, with a
-//   relative error of about 0.5% on the product. Bit-identical across ISAs, thread counts and
-//   batch sizes, as kF32 is.
+//   matmul / matmul_rows call (or prepare_activations), then integer dot products and one f32
+//   step per block. Faster, with a relative error of about 0.5% on the product. Bit-identical
+//   across ISAs, thread counts and batch sizes, as kF32 is.
 // F32/F16/BF16 weights always take the f32 path. The initial mode is kInt8 unless the environment
 // variable CHRONOS_BLOCK_ACTIVATIONS is "f32" ("int8" is also accepted; anything else is an Error
 // at first use).

@@ -49,6 +49,10 @@ class ThreadPool {
   // `grain` (except the end) and calls fn(begin, end) on each.
   void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t begin, int64_t end)> fn);
 
+  // Calls fn() once on each of the size() threads (the caller's included) and returns when all
+  // have: for per-thread state, such as kernel buffers sized before a forward must not allocate.
+  void run_on_each_thread(FunctionRef<void()> fn);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -38,6 +38,9 @@ const CpuKernels& active_kernels();
 
 // A per-thread f32 buffer of at least n_floats, reused across calls (matmul.cpp). Lives in a
 // scalar translation unit so that no std::vector code is compiled for an ISA the CPU may lack.
+// Never smaller than kReservedScratchFloats once allocated, so a thread's first small request
+// reserves what later, larger ones of the same model need.
+constexpr int64_t kReservedScratchFloats = int64_t(1) << 16;  // 256 KiB: a 4-row tile of 16384 columns
 float* thread_scratch(int64_t n_floats);
 
 // 8-bit activation blocks for the integer-dot path. 32-weight types (Q8_0, Q4_0, Q5_0) pair with
@@ -57,7 +60,8 @@ struct ActBlock256 {
 // Bytes of one token's activation blocks for a row of `cols` weights of `weight_dtype`.
 int64_t activation_row_bytes(DType weight_dtype, int64_t cols);
 // A per-thread byte buffer for quantized activations, separate from thread_scratch (which the
-// kernels use while ops hold this one).
+// kernels use while ops hold this one); never smaller than kReservedActivationBytes.
+constexpr int64_t kReservedActivationBytes = int64_t(1) << 18;  // 256 KiB
 void* thread_activation_scratch(int64_t bytes);
 
 // Block quantization (quantize.cpp, dequantize.cpp): the scalar reference of quant.h's functions.
@@ -99,7 +103,8 @@ void matmul_rows_avx512(float* y, const float* x, const WeightView& w, int64_t n
                         int64_t row_begin, int64_t row_end);
 void row_to_f32_avx512(float* out, const void* row, DType dtype, int64_t n);
 // AVX-512 VNNI + VL (matmul_int8_vnni_avx512.cpp): the AVX2 integer kernels with vpdpbusd on
-// 256-bit vectors for the 32-weight types; chosen only where CPUID reports AVX512_VNNI.
+// 256-bit vectors for the 32-weight types and vpdpwssd for the K types' scaled sums; chosen only
+// where CPUID reports AVX512_VNNI.
 void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens,
                                  int64_t row_begin, int64_t row_end);
 void rmsnorm_avx512(float* y, const float* x, const float* weight, int64_t n, float eps);

@@ -166,6 +166,18 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t
   });
 }
 
+void ThreadPool::run_on_each_thread(FunctionRef<void()> fn) {
+  // One task per thread: a thread that has taken its task waits until every task is taken, so
+  // no thread can take two. The wait is short (the other threads are spinning or just woken).
+  const int n_threads = size();
+  std::atomic<int> taken{0};
+  run(n_threads, [&](int64_t) {
+    taken.fetch_add(1, std::memory_order_acq_rel);
+    while (taken.load(std::memory_order_acquire) < n_threads) std::this_thread::yield();
+    fn();
+  });
+}
+
 int available_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);

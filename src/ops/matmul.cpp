@@ -135,6 +135,13 @@ void matmul_rows_prepared(float* y, const float* x, const void* xq, const Weight
   kernels.matmul_rows(y, x, w, n_tokens, row_begin, row_end);
 }
 
+void reserve_thread_buffers(ThreadPool& pool) {
+  pool.run_on_each_thread([] {
+    kernels::thread_scratch(kernels::kReservedScratchFloats);
+    kernels::thread_activation_scratch(kernels::kReservedActivationBytes);
+  });
+}
+
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row) {
   check_weight(w, "weight_row_to_f32");
   if (row < 0 || row >= w.rows) throw_error("weight_row_to_f32: row {} is outside [0, {})", row, w.rows);

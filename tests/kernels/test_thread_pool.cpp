@@ -1,8 +1,10 @@
-// ThreadPool: coverage of every index, parallel_for chunking, exception propagation, reuse.
+// ThreadPool: coverage of every index, parallel_for chunking, once per thread, exception propagation, reuse.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -70,6 +72,24 @@ TEST(ThreadPool, ParallelForCoversRangeOnGrainBoundaries) {
         EXPECT_LE(chunks.load(), threads);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << n << " " << grain << " " << i;
       }
+    }
+  }
+}
+
+TEST(ThreadPool, RunOnEachThreadVisitsEveryThreadOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 20; ++round) {
+      std::mutex mutex;
+      std::vector<std::thread::id> ids;
+      pool.run_on_each_thread([&] {
+        std::lock_guard lock(mutex);
+        ids.push_back(std::this_thread::get_id());
+      });
+      ASSERT_EQ(std::ssize(ids), threads) << threads << " threads, round " << round;
+      std::sort(ids.begin(), ids.end());
+      EXPECT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "a thread ran twice";
+      EXPECT_TRUE(std::binary_search(ids.begin(), ids.end(), std::this_thread::get_id())) << "the caller did not run";
     }
   }
 }
