@@ -51,7 +51,7 @@ Isa probe_isa() {
   return avx512 ? Isa::kAvx512 : Isa::kAvx2;
 }
 
-// AVX512_VNNI (vpdpbusd) with the AVX-512 set above; only the integer-dot kernels use it.
+// AVX512_VNNI (vpdpbusd, vpdpwssd) with the AVX-512 set above; only the integer-dot kernels use it.
 bool cpu_has_avx512_vnni() {
   static const bool vnni = detect_isa() == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
   return vnni;

@@ -1,5 +1,5 @@
 // The 8-bit-activation path for block-type weights on 256-bit integer vectors (AVX2; the VNNI
-// file swaps in vpdpbusd). Included only by matmul_int8_avx2.cpp and matmul_int8_vnni_avx512.cpp.
+// file swaps in vpdpbusd and vpdpwssd). Included only by matmul_int8_avx2.cpp and matmul_int8_vnni_avx512.cpp.
 //
 // Numerics: for each (row, token) and block, the integer dot of the weights' levels with the
 // activation block's int8 values (times the integer sub-block scales for the K types) is exact,
@@ -36,10 +36,15 @@ constexpr int64_t kInt8TokenPanel = 32;
 
 // The 8 int32 lanes of the sign-trick product of 32 signed weight levels w and activations x:
 // lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
+// Dot policies also give acc + the K types' scaled product: u8 levels u times activations x, 16
+// pairs, each pair-sum times its group's int16 scale, as 8 int32 lanes added to acc.
 struct Avx2Dot {
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                              _mm256_set1_epi16(1));
+  }
+  static __m256i add_scaled_dot(__m256i acc, __m256i u, __m256i x, __m256i scale16) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16));
   }
 };
 
@@ -166,11 +171,6 @@ template <class Dot, DType D, int R, int T>
   return _mm_sub_epi8(_mm_or_si128(low, _mm_and_si128(top, _mm_set1_epi8(0x30))), _mm_set1_epi8(32));
 }
 
-// u8 levels u times activations x, 16 pairs, each pair-sum times its group's int16 scale, as 8 int32.
-[[gnu::always_inline]] inline __m256i scaled_dot(__m256i u, __m256i x, __m256i scale16) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16);
-}
-
 // A K-type super-block's integer scales, decoded once per block and row. Chunk k (0..7) is
 // weights [32 k, 32 k + 32); `scales` holds the int16 scales from which chunk_scales picks chunk k's
 // (Q4_K: one sub-block per chunk; the 16-group types: groups 2k and 2k + 1), and m_lo / m_hi the
@@ -258,7 +258,7 @@ template <DType D>
 // One K-type super-block (see matmul_rows_int8_scalar for the f32 step of each type). Per (row,
 // token): scaled = sum over groups of scale * (levels . x) with the levels as stored, mins = sum over
 // groups of (min or scale) * sum(x); Q3_K and Q6_K fold the offset in: isum = scaled - offset * mins.
-template <DType D, int R, int T>
+template <class Dot, DType D, int R, int T>
 [[gnu::always_inline]] inline __m128 step256(__m128 acc, const uint8_t* const* blk, const ActBlock256* const* a) {
   __m256i scaled[4];
   __m128i mins[4];
@@ -285,7 +285,7 @@ template <DType D, int R, int T>
       const __m256i u = chunk_levels<D>(blk[r], k), sc = chunk_scales<D>(s, k);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t)
-        scaled[r * T + t] = _mm256_add_epi32(scaled[r * T + t], scaled_dot(u, load256(a[t]->qs + 32 * k), sc));
+        scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], u, load256(a[t]->qs + 32 * k), sc);
     }
   }
   if constexpr (has_q4_k_scales(D) || D == DType::kQ2_K) {
@@ -344,7 +344,7 @@ inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* c
     if constexpr (block_elements_of(D) == 32)
       acc = step32<Dot, D, R, T>(acc, blk, a);
     else
-      acc = step256<D, R, T>(acc, blk, a);
+      acc = step256<Dot, D, R, T>(acc, blk, a);
   }
   _mm_storeu_ps(out, acc);
 }
