@@ -32,8 +32,10 @@ struct Model::Scratch {
     const FfnWeights* weights;
   };
   std::vector<WorkItem> items;   // capacity n_expert * 64: (expert, row range) tasks
-  std::vector<uint64_t> expert_xq;  // the wave's expert inputs as 8-bit activation blocks (grown on first use)
-  std::vector<int64_t> expert_xq_at;  // [n_expert] each expert's offset in expert_xq, in bytes
+  // The wave's expert inputs as 8-bit activation blocks (grown on first use), and [n_expert] each
+  // expert's offset in expert_xq, in bytes.
+  std::vector<uint64_t> expert_xq;
+  std::vector<int64_t> expert_xq_at;
   MoeCounters counters;
   std::vector<float> rope_cos;   // [n_ctx, n_rot / 2]
   std::vector<float> rope_sin;   // [n_ctx, n_rot / 2]

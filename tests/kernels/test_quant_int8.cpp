@@ -276,8 +276,9 @@ TEST(Int8Matmul, PreparedActivationsGiveMatmulRowsBits) {
           EXPECT_EQ(same, m == BlockActivationMode::kF32 || dtype_block_elements(other) == dtype_block_elements(dtype))
               << dtype_name(other) << " with " << dtype_name(dtype);
           if (!same) continue;
-          const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(other)) + " on " + std::string(dtype_name(dtype)) +
-                                   "'s activations, " + ops::block_activation_mode_name(m);
+          const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(other)) + " on " +
+                                   std::string(dtype_name(dtype)) + "'s activations, " +
+                                   ops::block_activation_mode_name(m);
           for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, rows}, {3, 17}, {69, 70}}) {
             std::vector<float> y(size_t(n_tokens * rows), -7.0f), ref(y.size(), -7.0f);
             ops::matmul_rows(ref.data(), x.data(), v.view(), n_tokens, begin, end);

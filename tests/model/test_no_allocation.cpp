@@ -59,8 +59,10 @@ TEST_P(NoAllocation, PrefillAndDecodeAllocateNothing) {
       token = int32_t(std::max_element(logits.begin(), logits.begin() + model->config().n_vocab) - logits.begin());
     }
   };
-  ops::reserve_thread_buffers(pool);  // every worker's buffers, not only those of workers the warm-up uses
-  run();  // warm-up: the remaining per-thread state reaches its size
+  // Every worker's kernel buffers, not only those of the workers the warm-up happens to use; then
+  // the warm-up brings the remaining per-thread state to its size.
+  ops::reserve_thread_buffers(pool);
+  run();
   g_allocations = 0;
   g_counting = true;
   run();
