@@ -27,7 +27,8 @@ def run_llama(binary, gguf, prompt, gen, threads):
            "-r", "1", "-o", "json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"side_by_side: {' '.join(cmd)} failed: {out.stderr.strip().splitlines()[-1:]}")
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        sys.exit(f"side_by_side: {' '.join(cmd)} failed: {last}")
     figures = {}
     for entry in json.loads(out.stdout):
         kind = "prefill" if entry["n_prompt"] > 0 else "decode"

@@ -55,7 +55,7 @@ void matmul_rows_prepared(float* y, const float* x, const void* xq, const Weight
                           int64_t row_begin, int64_t row_end);
 
 // Gives every thread of the pool its kernel buffers (f32 weight tiles, activation blocks) at
-// their reserved size now. They otherwise grow on a thread's first use, which, with dynamic task
+// a reserved size now. They otherwise grow on a thread's first use, which, with dynamic task
 // scheduling, can come in any later step: a caller that needs steps to allocate nothing from
 // the first one calls this first. Rows of up to 16384 columns (4-row tiles) fit the reserve.
 void reserve_thread_buffers(ThreadPool& pool);

@@ -38,8 +38,7 @@ const CpuKernels& active_kernels();
 
 // A per-thread f32 buffer of at least n_floats, reused across calls (matmul.cpp). Lives in a
 // scalar translation unit so that no std::vector code is compiled for an ISA the CPU may lack.
-// Never smaller than kReservedScratchFloats once allocated, so a thread's first small request
-// reserves what later, larger ones of the same model need.
+// ops::reserve_thread_buffers sizes it to kReservedScratchFloats on every pool thread.
 constexpr int64_t kReservedScratchFloats = int64_t(1) << 16;  // 256 KiB: a 4-row tile of 16384 columns
 float* thread_scratch(int64_t n_floats);
 
@@ -60,7 +59,7 @@ struct ActBlock256 {
 // Bytes of one token's activation blocks for a row of `cols` weights of `weight_dtype`.
 int64_t activation_row_bytes(DType weight_dtype, int64_t cols);
 // A per-thread byte buffer for quantized activations, separate from thread_scratch (which the
-// kernels use while ops hold this one); never smaller than kReservedActivationBytes.
+// kernels use while ops hold this one); reserved as thread_scratch is.
 constexpr int64_t kReservedActivationBytes = int64_t(1) << 18;  // 256 KiB
 void* thread_activation_scratch(int64_t bytes);
 

@@ -1,5 +1,4 @@
 // Scalar reference matmul and weight-row conversion: the numerics every SIMD version is tested against.
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -42,7 +41,7 @@ void matmul_rows_block(float* y, const float* x, const WeightView& w, int64_t n_
 
 float* thread_scratch(int64_t n_floats) {
   thread_local std::vector<float> scratch;
-  if (int64_t(scratch.size()) < n_floats) scratch.resize(size_t(std::max(n_floats, kReservedScratchFloats)));
+  if (int64_t(scratch.size()) < n_floats) scratch.resize(size_t(n_floats));
   return scratch.data();
 }
 

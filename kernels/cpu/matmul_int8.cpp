@@ -2,7 +2,6 @@
 // int8 per block, integer dot products against the weights' integer levels, one f32 step per block.
 // Written from the block layouts (quant_layout.h's decode_levels and scale decoders), not from the
 // SIMD kernels' tricks, so the tests compare two independent derivations of the same integers.
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -106,7 +105,7 @@ int64_t activation_row_bytes(DType weight_dtype, int64_t cols) {
 
 void* thread_activation_scratch(int64_t bytes) {
   thread_local std::vector<uint64_t> scratch;  // 8-byte aligned
-  const size_t words = size_t((std::max(bytes, kReservedActivationBytes) + 7) / 8);
+  const size_t words = size_t((bytes + 7) / 8);
   if (scratch.size() < words) scratch.resize(words);
   return scratch.data();
 }

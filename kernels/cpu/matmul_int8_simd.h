@@ -1,5 +1,6 @@
 // The 8-bit-activation path for block-type weights on 256-bit integer vectors (AVX2; the VNNI
-// file swaps in vpdpbusd and vpdpwssd). Included only by matmul_int8_avx2.cpp and matmul_int8_vnni_avx512.cpp.
+// file swaps in vpdpbusd and vpdpwssd). Included only by matmul_int8_avx2.cpp and
+// matmul_int8_vnni_avx512.cpp.
 //
 // Numerics: for each (row, token) and block, the integer dot of the weights' levels with the
 // activation block's int8 values (times the integer sub-block scales for the K types) is exact,
@@ -36,13 +37,13 @@ constexpr int64_t kInt8TokenPanel = 32;
 
 // The 8 int32 lanes of the sign-trick product of 32 signed weight levels w and activations x:
 // lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
-// Dot policies also give acc + the K types' scaled product: u8 levels u times activations x, 16
-// pairs, each pair-sum times its group's int16 scale, as 8 int32 lanes added to acc.
 struct Avx2Dot {
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                              _mm256_set1_epi16(1));
   }
+  // acc + the K types' scaled product: u8 levels u times activations x, 16 pairs, each pair sum
+  // times its group's int16 scale, as 8 int32 lanes.
   static __m256i add_scaled_dot(__m256i acc, __m256i u, __m256i x, __m256i scale16) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), scale16));
   }

@@ -1,4 +1,5 @@
-// ThreadPool: coverage of every index, parallel_for chunking, once per thread, exception propagation, reuse.
+// ThreadPool: coverage of every index, parallel_for chunking, once per thread, exception
+// propagation, reuse.
 #include <gtest/gtest.h>
 
 #include <algorithm>
