@@ -61,13 +61,13 @@ struct StreamerOptions {
 
 struct StreamerStats {
   int64_t lookups = 0;        // (layer, expert) acquisitions by the compute side
-  int64_t hits = 0;           // ready when asked
-  int64_t hits_loading = 0;   // already being read when asked (prefetched, not finished)
+  int64_t hits = 0;           // ready when asked, its bytes in place (copy finished)
+  int64_t hits_loading = 0;   // already being read or copied when asked (prefetched, not finished)
   int64_t misses = 0;         // not resident and not being read
   int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
   int64_t lowbit = 0;         // lookups answered with the expert's low-bit copy (lowbit mode)
   int64_t lookup_bytes = 0;   // full-precision bytes of every lookup's expert
-  int64_t hit_bytes = 0;      // of those, resident when asked (the byte hit rate's numerator)
+  int64_t hit_bytes = 0;      // of those, the hits' (the byte hit rate's numerator)
   int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
   int64_t device_waits = 0;   // lookups whose copy was still running, left to the compute stream
                               // to wait for (device compute only)

@@ -230,17 +230,21 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     auto cache = cache_->lock();
     ++stats_.lookups;
     ExpertCache::Lookup slot = cache->acquire(key);
+    // A hit is an expert whose bytes are in place now. A ready slot whose copy event has not fired
+    // is still arriving: it counts with the loading ones (the non-blocking modes serve it as a miss,
+    // so counting it as a hit made hits + lowbit exceed the lookups).
+    const bool usable = slot.state == SlotState::kReady && slot.ready->query();
     if (slot.state == SlotState::kEmpty) ++stats_.misses;
-    else if (slot.state == SlotState::kLoading) ++stats_.hits_loading;
+    else if (!usable) ++stats_.hits_loading;
     else ++stats_.hits;
     stats_.lookup_bytes += packed.bytes;
-    if (slot.state == SlotState::kReady) stats_.hit_bytes += packed.bytes;
+    if (usable) stats_.hit_bytes += packed.bytes;
 
     // Whether this expert is worth waiting for in the non-blocking modes (unknown weight: it is).
     const bool heavy = options_.wait_above && (weights.empty() || weights[i] >= *options_.wait_above);
     if (options_.on_miss != OnMiss::kWait && !heavy) {
       // Never block: only an expert whose bytes are usable right now is computed in full.
-      if (slot.state != SlotState::kReady || !slot.ready->query()) {
+      if (!usable) {
         if (slot.state != SlotState::kEmpty) cache->release(key);
         const bool lowbit = options_.on_miss == OnMiss::kLowbit;
         ++(lowbit ? stats_.lowbit : stats_.fallbacks);
