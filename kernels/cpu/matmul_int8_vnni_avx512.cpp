@@ -32,8 +32,8 @@ struct VnniDot {
   // one reduction for the 8 sums instead of two hsum4: the Q8_0 batch kernel took 5-10% less time.
   static constexpr bool kQ8_0Pairs = true;
   [[gnu::always_inline]] static void q8_0_pair(__m128i* isum, const uint8_t* const* blk, const ActBlock32* const* a) {
-    const __m512i w = _mm512_inserti64x4(_mm512_zextsi256_si512(load256(blk[0] + q8_0::qs)),
-                                         load256(blk[1] + q8_0::qs), 1);
+    const __m512i w =
+        _mm512_inserti64x4(_mm512_zextsi256_si512(load256(blk[0] + q8_0::qs)), load256(blk[1] + q8_0::qs), 1);
     const __m512i magnitude = _mm512_abs_epi8(w);
     const __mmask64 negative = _mm512_movepi8_mask(w);
     __m512i d[4];
