@@ -54,16 +54,17 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
     // Row chunks sized by work (rows times the expert's tokens), about kTasksPerThread per thread
     // over the wave: an expert with more tokens gets shorter chunks. Any chunking gives the same
     // bits (each output row is one kernel call's, whoever computes it).
+    const auto tokens_of = [&](int32_t e) { return plan.row_end(e) - plan.row_begin(e); };
     auto build_items = [&](int64_t rows_per_expert) {
       int64_t work = 0;
       for (size_t i = 0; i < ids.size(); ++i)
-        if (views[i] != nullptr) work += rows_per_expert * (plan.row_end(ids[i]) - plan.row_begin(ids[i]));
+        if (views[i] != nullptr) work += rows_per_expert * tokens_of(ids[i]);
       const int64_t work_per_task = std::clamp<int64_t>(work / (kTasksPerThread * pool.size()), 1, kMaxTaskWork);
       const int64_t fewest = std::max(kRowChunk, (rows_per_expert + kMaxChunksPerExpert - 1) / kMaxChunksPerExpert);
       s.items.clear();
       for (size_t i = 0; i < ids.size(); ++i) {
         if (views[i] == nullptr) continue;
-        const int64_t tokens = std::max<int64_t>(1, plan.row_end(ids[i]) - plan.row_begin(ids[i]));
+        const int64_t tokens = std::max<int64_t>(1, tokens_of(ids[i]));
         const int64_t chunk = std::max(fewest, (work_per_task / tokens + kRowChunk - 1) / kRowChunk * kRowChunk);
         for (int64_t r = 0; r < rows_per_expert; r += chunk)
           s.items.push_back({ids[i], int32_t(r), int32_t(std::min(r + chunk, rows_per_expert)), views[i]});

@@ -189,30 +189,7 @@ TEST_F(QuantizedPack, DemoModelAt8BitsStaysCloseToBf16) {
 TEST_F(QuantizedPack, LogitsAreTheSameBitsOnAnyThreadCount) {
   const fs::path packed =
       pack(fs::path(CHRONOS_SOURCE_DIR) / "models" / "default", DType::kQ4_K, DType::kQ8_0, "demo-threads");
-  const auto model = Model::load(packed);
-  const int64_t n_vocab = model->config().n_vocab, n_prompt = 12, n_steps = 4;
-  const auto run = [&](int64_t threads) {
-    ThreadPool pool(threads);
-    const auto backend = make_cpu_backend();
-    StreamerOptions options;
-    options.budget_bytes = int64_t(1) << 30;
-    ExpertStreamer streamer(*model, packed, *backend, options);
-    streamer.load_all();
-    auto runner = make_cpu_runner(*model, pool, 64, 8, streamer.hooks());
-    std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
-    for (int64_t i = 0; i < n_prompt; ++i) prompt[size_t(i)] = int32_t((i * 53 + 7) % n_vocab);
-    std::vector<float> out(size_t((n_prompt + n_steps) * n_vocab));
-    streamer.begin_request();
-    streamer.begin_step();
-    runner->forward(prompt, 0, out.data(), true);
-    for (int64_t step = 0; step < n_steps; ++step) {
-      const float* last = out.data() + (n_prompt + step - 1) * n_vocab;
-      const int32_t next = int32_t(std::max_element(last, last + n_vocab) - last);
-      streamer.begin_step();
-      runner->forward({&next, 1}, n_prompt + step, out.data() + (n_prompt + step) * n_vocab, false);
-    }
-    return out;
-  };
+  const auto run = [&](int64_t threads) { return testing::prompt_logits(packed, 12, 0, threads, 4); };
   const std::vector<float> one = run(1);
   for (int64_t threads : {2, 3}) {
     const std::vector<float> other = run(threads);
