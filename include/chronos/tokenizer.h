@@ -11,11 +11,23 @@
 #include <string_view>
 #include <vector>
 
+#include "chronos/jinja.h"
+
 namespace chronos {
 
 struct ChatMessage {
   std::string role;
   std::string content;
+};
+
+// A conversation as transformers' apply_chat_template takes it. The JSON keeps its key order:
+// a template's tojson prints tools and arguments in the order they were given.
+struct ChatRequest {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // OpenAI-style message objects
+  nlohmann::ordered_json tools;      // null, or a list of tool definitions
+  nlohmann::ordered_json documents;  // null, or a list of documents
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // enable_thinking, reasoning_effort, ...
+  bool add_generation_prompt = true;
 };
 
 namespace tokenizer_detail {
@@ -67,18 +79,23 @@ class Tokenizer {
   std::vector<int32_t> eos_ids() const;  // from tokenizer_config eos_token (may be empty)
 
   bool has_chat_template() const;
-  // Renders the conversation with the family of the model's chat template: ChatML
-  // ("<|im_start|>", Qwen; a default system prompt written in the template is injected when the
-  // conversation has none), Mistral "[INST]" (both the original and the system-message revision),
-  // Tulu "<|user|>" (OLMoE instruct). The family is detected from the template text; an unknown
-  // family, a missing template or a conversation the template would reject throws Error.
+  // Renders the conversation with the model's own chat template (its "tool_use" template when
+  // tools are given and it has one), or with `template_override` when that is not empty, exactly
+  // as transformers' apply_chat_template(..., tokenize=False) renders it (see
+  // render_chat_template). A missing template, an error in the template or a conversation the
+  // template rejects (raise_exception) throws Error naming the template line.
   //
   // The result already holds BOS where the template puts it: encode it with
   // add_special_tokens=false, or the BOS is doubled.
+  std::string apply_chat_template(const ChatRequest& request, std::string_view template_override = {},
+                                  const jinja::RenderOptions& options = {}) const;
+  // The same for plain {role, content} messages.
   std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
-  // The template text (empty when there is none).
+  // The default template's text (empty when there is none).
   const std::string& chat_template() const;
+  // The named special tokens a chat template sees as variables ("bos_token" -> "<s>", ...).
+  const std::vector<std::pair<std::string, std::string>>& special_tokens() const;
 
  private:
   friend class TokenStreamDecoder;
@@ -86,10 +103,15 @@ class Tokenizer {
   std::shared_ptr<tokenizer_detail::TokenizerImpl> impl_;
 };
 
-// Renders `messages` with the family detected from `template_text` (see apply_chat_template).
-std::string render_chat_template(std::string_view template_text, std::string_view bos_token,
-                                 std::string_view eos_token, std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt);
+// Renders `request` with the Jinja template `template_text` as transformers 5 does: the template
+// sees `messages` (each with its null-valued keys dropped, and its reasoning, from
+// reasoning_content, thinking or reasoning, under both "thinking" and "reasoning_content"),
+// `tools` and `documents` (none when not given), `add_generation_prompt`, the special tokens and
+// the kwargs. Throws Error for a missing template, malformed request fields, or an error in the
+// template (naming its line).
+std::string render_chat_template(std::string_view template_text, const ChatRequest& request,
+                                 std::span<const std::pair<std::string, std::string>> special_tokens,
+                                 const jinja::RenderOptions& options = {});
 
 // Incremental detokenizer for streaming: push ids one by one, get back only complete UTF-8
 // text (never half a character). The concatenation of all push() outputs and finish() equals

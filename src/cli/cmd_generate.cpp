@@ -22,6 +22,7 @@
 #include "chronos/model_runner.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
+#include "cli/chat_flags.h"
 #include "cli/commands.h"
 #include "cli/open_tokenizer.h"
 #include "cli/flags.h"
@@ -45,6 +46,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool chat = false;
   std::string system;
+  ChatFlags chat_flags;
   int threads = 0;
   int64_t ctx_size = 0;
   int64_t batch_size = 128;  // prefill: 128 beat 64 in 8 of 10 side-by-side runs, 64 beat 32 by 10-25% (docs/quantization.md)
@@ -93,6 +95,13 @@ std::string read_prompt(const GenerateArgs& args) {
 int run_generate(const GenerateArgs& args) {
   if (args.verbose) spdlog::set_level(spdlog::level::debug);
   if (!args.system.empty() && !args.chat) throw UsageError("--system needs --chat");
+  const bool conversation = !args.chat_flags.messages_file.empty();
+  if (conversation && (args.prompt || args.prompt_file || !args.system.empty())) {
+    throw UsageError("--messages is the whole conversation: it takes no -p, -f or --system");
+  }
+  if (any_chat_flag(args.chat_flags) && !args.chat && !conversation) {
+    throw UsageError("--tools, --chat-kwarg and --chat-template need --chat or --messages");
+  }
 
   if (!args.stats_json.empty()) {
     const auto parent = std::filesystem::absolute(args.stats_json).parent_path();
@@ -100,7 +109,10 @@ int run_generate(const GenerateArgs& args) {
       throw_error("{}: the folder for --stats-json does not exist", args.stats_json);
   }
   const auto dir = resolve_model_dir(args.model);
-  const std::string prompt_text = read_prompt(args);  // before loading: fail fast on bad input
+  // Before loading: fail fast on bad input.
+  const std::string prompt_text = conversation ? std::string() : read_prompt(args);
+  ChatRequest chat_request = read_chat_request(args.chat_flags);
+  const std::string chat_template_override = read_chat_template_file(args.chat_flags);
   const auto load_start = std::chrono::steady_clock::now();
   const StreamingFlags& streaming = args.streaming;
   streamer_options(streaming, int64_t(1) << 40);  // every streaming flag checked before the model loads
@@ -110,11 +122,13 @@ int run_generate(const GenerateArgs& args) {
   const ModelConfig& cfg = model->config();
 
   std::vector<int32_t> prompt;
-  if (args.chat) {
-    std::vector<ChatMessage> messages;
-    if (!args.system.empty()) messages.push_back({"system", args.system});
-    messages.push_back({"user", prompt_text});
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, true), /*add_special_tokens=*/false);
+  if (args.chat || conversation) {
+    if (!conversation) {
+      if (!args.system.empty()) chat_request.messages.push_back({{"role", "system"}, {"content", args.system}});
+      chat_request.messages.push_back({{"role", "user"}, {"content", prompt_text}});
+    }
+    prompt = tokenizer.encode(tokenizer.apply_chat_template(chat_request, chat_template_override),
+                              /*add_special_tokens=*/false);
   } else {
     prompt = tokenizer.encode(prompt_text, /*add_special_tokens=*/true);
   }
@@ -272,6 +286,7 @@ Command register_generate(CLI::App& app) {
   sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-sequence tokens");
   sub->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   sub->add_option("--system", args->system, "System message for --chat");
+  add_chat_flags(sub, args->chat_flags);
   sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length (default: min(max_position_embeddings, 4096))")
       ->check(count_in<int64_t>(1, kMaxContext));

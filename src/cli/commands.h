@@ -26,6 +26,8 @@ Command register_bench(CLI::App& app);
 Command register_train_predictors(CLI::App& app);
 Command register_eval_predictors(CLI::App& app);
 Command register_perplexity(CLI::App& app);
+Command register_chat_template(CLI::App& app);
+Command register_tokenize(CLI::App& app);
 
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
                                                cli::register_pack(app), cli::register_bench(app),
                                                cli::register_train_predictors(app),
                                                cli::register_eval_predictors(app),
-                                               cli::register_perplexity(app)};
+                                               cli::register_perplexity(app),
+                                               cli::register_chat_template(app), cli::register_tokenize(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];

@@ -1,136 +1,65 @@
-// Chat templates: per-family formatters (ChatML, Mistral [INST], Tulu) chosen from the template
-// text and checked against transformers' apply_chat_template renders in the tests.
-#include <optional>
-
+// Chat templates: the model's own Jinja template, rendered with the variables and the message
+// normalization of transformers' apply_chat_template.
 #include "chronos/error.h"
 #include "chronos/tokenizer.h"
 
 namespace chronos {
 namespace {
 
-// Undoes the escapes of a Jinja string literal (\n, \t, \', \", \\).
-std::string unescape_jinja(std::string_view text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '\\' && i + 1 < text.size()) {
-      const char next = text[++i];
-      out += next == 'n' ? '\n' : next == 't' ? '\t' : next;
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
-}
+using ordered_json = nlohmann::ordered_json;
 
-// The default system prompt a ChatML template writes when the conversation has none: the text of
-// a literal '<|im_start|>system\n...<|im_end|>' (Qwen1.5/Qwen2/Qwen2.5 templates).
-std::optional<std::string> chatml_default_system(std::string_view tmpl) {
-  constexpr std::string_view kOpen = "<|im_start|>system";
-  size_t pos = 0;
-  while ((pos = tmpl.find(kOpen, pos)) != std::string_view::npos) {
-    pos += kOpen.size();
-    size_t begin = pos;
-    if (tmpl.substr(begin).starts_with("\\n")) {
-      begin += 2;
-    } else if (tmpl.substr(begin).starts_with("\n")) {
-      begin += 1;
-    } else {
+// transformers 5 drops the keys whose value is null (OpenAI clients send content: null next to
+// tool_calls) and copies a message's reasoning, the first of reasoning_content, thinking and
+// reasoning that is set, to "thinking" (placed first) and "reasoning_content" (placed last),
+// the names the templates read.
+ordered_json normalize_messages(const ordered_json& messages) {
+  if (!messages.is_array()) throw_error("chat: messages must be a list of message objects");
+  ordered_json normalized = ordered_json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ordered_json& message = messages[i];
+    if (!message.is_object()) throw_error("chat: message {} is not an object", i);
+    ordered_json kept = ordered_json::object();
+    for (const auto& [key, value] : message.items()) {
+      if (!value.is_null()) kept[key] = value;
+    }
+    const ordered_json* reasoning = nullptr;
+    for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+      if (reasoning == nullptr && kept.contains(key)) reasoning = &kept[key];
+    }
+    if (reasoning == nullptr) {
+      normalized.push_back(std::move(kept));
       continue;
     }
-    const size_t end = tmpl.find("<|im_end|>", begin);
-    if (end == std::string_view::npos) break;
-    const auto body = tmpl.substr(begin, end - begin);
-    // A literal that stops at the quote concatenates the real system message instead.
-    if (body.empty() || body.find_first_of("'\"{}") != std::string_view::npos) continue;
-    return unescape_jinja(body);
+    ordered_json aliased = {{"thinking", *reasoning}};
+    for (const auto& [key, value] : kept.items()) aliased[key] = value;
+    aliased["reasoning_content"] = *reasoning;
+    normalized.push_back(std::move(aliased));
   }
-  return std::nullopt;
-}
-
-std::string render_chatml(std::string_view tmpl, std::span<const ChatMessage> messages,
-                          bool add_generation_prompt) {
-  std::string out;
-  if (!messages.empty() && messages.front().role != "system") {
-    if (const auto system = chatml_default_system(tmpl)) {
-      out += "<|im_start|>system\n" + *system + "<|im_end|>\n";
-    }
-  }
-  for (const auto& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
-}
-
-// Mistral / Mixtral instruct: BOS, alternating user/assistant turns, [INST] ... [/INST].
-// The first revision writes "[INST] " and "{answer}</s>"; the system-message revision writes
-// " [INST] ", " {answer}</s>" and folds a leading system message into the first user turn.
-std::string render_mistral(std::string_view tmpl, std::string_view bos, std::string_view eos,
-                           std::span<const ChatMessage> messages) {
-  const bool leading_space = tmpl.find("' [INST] '") != std::string_view::npos;
-  const bool answer_space = tmpl.find("' ' + message['content']") != std::string_view::npos ||
-                            tmpl.find("' ' + message.content") != std::string_view::npos;
-  const bool supports_system = tmpl.find("system_message") != std::string_view::npos;
-  std::optional<std::string> system;
-  if (!messages.empty() && messages.front().role == "system") {
-    if (!supports_system) throw_error("chat template: the Mistral template supports only user and assistant roles");
-    system = messages.front().content;
-    messages = messages.subspan(1);
-  }
-  std::string out;
-  if (tmpl.find("bos_token") != std::string_view::npos) out += bos;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const auto& m = messages[i];
-    if ((m.role == "user") != (i % 2 == 0)) {
-      throw_error("chat template: conversation roles must alternate user/assistant/user/assistant/...");
-    }
-    if (m.role == "user") {
-      out += leading_space ? " [INST] " : "[INST] ";
-      if (i == 0 && system) out += *system + "\n\n";
-      out += m.content + " [/INST]";
-    } else if (m.role == "assistant") {
-      out += (answer_space ? " " : "") + m.content + std::string(eos);
-    } else {
-      throw_error("chat template: the Mistral template does not support role '{}'", m.role);
-    }
-  }
-  return out;
-}
-
-// Tulu (OLMoE instruct): <|system|>, <|user|>, <|assistant|> blocks.
-std::string render_tulu(std::string_view tmpl, std::string_view bos, std::string_view eos,
-                        std::span<const ChatMessage> messages, bool add_generation_prompt) {
-  std::string out;
-  if (tmpl.find("bos_token") != std::string_view::npos) out += bos;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const auto& m = messages[i];
-    const bool last = i + 1 == messages.size();
-    if (m.role == "system") {
-      out += "<|system|>\n" + m.content + "\n";
-    } else if (m.role == "user") {
-      out += "<|user|>\n" + m.content + "\n";
-    } else if (m.role == "assistant") {
-      out += "<|assistant|>\n" + m.content + std::string(eos) + (last ? "" : "\n");
-    }
-    if (last && add_generation_prompt) out += "<|assistant|>\n";
-  }
-  return out;
+  return normalized;
 }
 
 }  // namespace
 
-std::string render_chat_template(std::string_view template_text, std::string_view bos_token,
-                                 std::string_view eos_token, std::span<const ChatMessage> messages,
-                                 bool add_generation_prompt) {
-  if (template_text.empty()) throw_error("chat template: the tokenizer has no chat template");
-  if (template_text.find("<|im_start|>") != std::string_view::npos) {
-    return render_chatml(template_text, messages, add_generation_prompt);
+std::string render_chat_template(std::string_view template_text, const ChatRequest& request,
+                                 std::span<const std::pair<std::string, std::string>> special_tokens,
+                                 const jinja::RenderOptions& options) {
+  if (template_text.empty()) throw_error("chat template: the model has no chat template (give one with --chat-template FILE)");
+  if (!request.tools.is_null() && !request.tools.is_array()) throw_error("chat: tools must be a list of tool definitions");
+  if (!request.documents.is_null() && !request.documents.is_array()) throw_error("chat: documents must be a list");
+  if (!request.kwargs.is_object()) throw_error("chat: the template keyword arguments must be an object");
+  ordered_json context = ordered_json::object();
+  for (const auto& [name, token] : special_tokens) context[name] = token;
+  context["messages"] = normalize_messages(request.messages);
+  context["tools"] = request.tools;
+  context["documents"] = request.documents;
+  context["add_generation_prompt"] = request.add_generation_prompt;
+  for (const auto& [key, value] : request.kwargs.items()) {
+    if (key == "messages" || key == "tools" || key == "documents" || key == "add_generation_prompt") {
+      throw_error("chat: '{}' is not a template keyword argument (it is given its own way)", key);
+    }
+    context[key] = value;
   }
-  if (template_text.find("[INST]") != std::string_view::npos) {
-    return render_mistral(template_text, bos_token, eos_token, messages);
-  }
-  if (template_text.find("<|user|>") != std::string_view::npos) {
-    return render_tulu(template_text, bos_token, eos_token, messages, add_generation_prompt);
-  }
-  throw_error("chat template: unknown template family (not ChatML, Mistral [INST] or Tulu <|user|>)");
+  return jinja::Template::parse(template_text).render(context, options);
 }
 
 }  // namespace chronos

@@ -38,6 +38,7 @@ struct GgufVocab {
   std::optional<int32_t> bos_id, eos_id, unk_id, pad_id;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
   std::string chat_template;
+  std::string tool_use_template;  // tokenizer.chat_template.tool_use, as llama.cpp's converter names it
 };
 
 bool is_llama3_pre(std::string_view pre) { return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3"; }
@@ -118,8 +119,12 @@ GgufVocab read_vocab(const GgufFile& file) {
   v.add_eos = file.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   v.chat_template = file.get_string("tokenizer.chat_template").value_or("");
-  if (const auto bad = tokenizer_detail::find_invalid_utf8(v.chat_template)) {
-    throw_error("{}: tokenizer.chat_template is not valid UTF-8 (byte offset {})", v.source, *bad);
+  v.tool_use_template = file.get_string("tokenizer.chat_template.tool_use").value_or("");
+  for (const auto& [text, key] : {std::pair{&v.chat_template, "tokenizer.chat_template"},
+                                  std::pair{&v.tool_use_template, "tokenizer.chat_template.tool_use"}}) {
+    if (const auto bad = tokenizer_detail::find_invalid_utf8(*text)) {
+      throw_error("{}: {} is not valid UTF-8 (byte offset {})", v.source, key, *bad);
+    }
   }
   return v;
 }
@@ -328,7 +333,12 @@ TokenizerFiles tokenizer_files_from_gguf(const GgufFile& file) {
   config["eos_token"] = token_or_null(v.eos_id);
   config["unk_token"] = token_or_null(v.unk_id);
   config["pad_token"] = token_or_null(v.pad_id);
-  if (!v.chat_template.empty()) config["chat_template"] = v.chat_template;
+  if (!v.tool_use_template.empty()) {
+    config["chat_template"] = json::array({{{"name", "default"}, {"template", v.chat_template}},
+                                           {{"name", "tool_use"}, {"template", v.tool_use_template}}});
+  } else if (!v.chat_template.empty()) {
+    config["chat_template"] = v.chat_template;
+  }
   return {root.dump(), config.dump()};
 }
 

@@ -33,15 +33,19 @@ std::string token_string(const json& config, const char* key) {
   return {};
 }
 
-// chat_template is a string or a list of {"name", "template"} (the "default" one is used).
-std::string chat_template_of(const json& config) {
+// chat_template is a string or a list of {"name", "template"}: the one named `name` ("default"
+// is also the plain string).
+std::string chat_template_of(const json& config, std::string_view name) {
   if (!config.contains("chat_template")) return {};
   const auto& node = config.at("chat_template");
-  if (node.is_string()) return node.get<std::string>();
-  if (node.is_array()) {
-    for (const auto& item : node) {
-      if (item.value("name", "") == "default") return item.at("template").get<std::string>();
+  if (node.is_string()) return name == "default" ? node.get<std::string>() : std::string();
+  if (!node.is_array()) throw_error("chat_template is neither a string nor a list of named templates");
+  for (const auto& item : node) {
+    if (!item.is_object() || !item.contains("name") || !item.contains("template") || !item.at("name").is_string() ||
+        !item.at("template").is_string()) {
+      throw_error("chat_template: each named template needs a string \"name\" and a string \"template\"");
     }
+    if (item.at("name").get<std::string>() == name) return item.at("template").get<std::string>();
   }
   return {};
 }
@@ -113,7 +117,11 @@ void load_config(const json& config, TokenizerImpl& impl) {
   if (!config.is_object()) throw_error("not a JSON object");
   impl.bos_token = token_string(config, "bos_token");
   impl.eos_token = token_string(config, "eos_token");
-  impl.chat_template = chat_template_of(config);
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    if (std::string token = token_string(config, key); !token.empty()) impl.special_tokens.emplace_back(key, token);
+  }
+  impl.chat_template = chat_template_of(config, "default");
+  impl.tool_use_template = chat_template_of(config, "tool_use");
 }
 
 std::optional<int32_t> lookup(const TokenizerImpl& impl, std::string_view token) {
@@ -239,9 +247,18 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   const auto config_json = tokenizer_detail::read_file_if_exists(config_path);
   auto impl = tokenizer_detail::build(*tokenizer_json, tokenizer_path.string(), config_json.value_or(""),
                                       config_path.string());
-  // Newer checkpoints keep the template in its own file, which then wins.
+  // Newer checkpoints keep the template in its own file, which then wins; transformers 5 writes
+  // the other named templates to additional_chat_templates/NAME.jinja.
   if (const auto jinja = tokenizer_detail::read_file_if_exists(model_dir / "chat_template.jinja")) {
     impl->chat_template = *jinja;
+  }
+  if (const auto jinja = tokenizer_detail::read_file_if_exists(model_dir / "additional_chat_templates" / "tool_use.jinja")) {
+    impl->tool_use_template = *jinja;
+  }
+  for (const std::string* text : {&impl->chat_template, &impl->tool_use_template}) {
+    if (const auto bad = tokenizer_detail::find_invalid_utf8(*text)) {
+      throw_error("{}: the chat template is not valid UTF-8 (byte offset {})", model_dir.string(), *bad);
+    }
   }
   tokenizer_detail::resolve_special_ids(*impl);
   return Tokenizer(std::move(impl));
@@ -319,11 +336,28 @@ bool Tokenizer::has_chat_template() const { return !impl_->chat_template.empty()
 
 const std::string& Tokenizer::chat_template() const { return impl_->chat_template; }
 
-std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages,
-                                           bool add_generation_prompt) const {
-  if (impl_->chat_template.empty()) throw_error("the tokenizer has no chat template");
-  return render_chat_template(impl_->chat_template, impl_->bos_token, impl_->eos_token, messages,
-                              add_generation_prompt);
+const std::vector<std::pair<std::string, std::string>>& Tokenizer::special_tokens() const {
+  return impl_->special_tokens;
+}
+
+std::string Tokenizer::apply_chat_template(const ChatRequest& request, std::string_view template_override,
+                                           const jinja::RenderOptions& options) const {
+  std::string_view text = impl_->chat_template;
+  if (!template_override.empty()) {
+    text = template_override;
+  } else if (!request.tools.is_null() && !impl_->tool_use_template.empty()) {
+    text = impl_->tool_use_template;  // as transformers picks a "tool_use" template when tools are given
+  }
+  return render_chat_template(text, request, impl_->special_tokens, options);
+}
+
+std::string Tokenizer::apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  ChatRequest request;
+  for (const ChatMessage& message : messages) {
+    request.messages.push_back({{"role", message.role}, {"content", message.content}});
+  }
+  request.add_generation_prompt = add_generation_prompt;
+  return apply_chat_template(request);
 }
 
 }  // namespace chronos

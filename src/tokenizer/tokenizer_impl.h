@@ -64,7 +64,11 @@ struct TokenizerImpl {
   std::optional<int32_t> bos_id;
   std::vector<int32_t> eos_ids;
   std::string bos_token, eos_token;
-  std::string chat_template;
+  // The named special tokens transformers passes to a chat template as variables: those of
+  // bos_token, eos_token, unk_token, sep_token, pad_token, cls_token and mask_token the config sets.
+  std::vector<std::pair<std::string, std::string>> special_tokens;
+  std::string chat_template;      // the default template
+  std::string tool_use_template;  // a template named "tool_use", preferred when tools are given
 
   const AddedToken* added(int32_t id) const {
     if (id < 0 || static_cast<size_t>(id) >= added_index_by_id.size()) return nullptr;
