@@ -35,6 +35,7 @@ struct Expr {
   };
   Kind kind;
   int line = 0;
+  int depth = 1;  // of the tree under this node
   Value literal;
   std::string name;
   std::vector<ExprPtr> operands;

@@ -16,10 +16,31 @@ constexpr size_t kMaxListItems = size_t{1} << 20;
 
 }  // namespace
 
+// The Python methods call_method implements, by receiver type: `x.name` without a call is a
+// bound method (so `s.strip is defined` holds, as in Python).
+bool has_method(const Value& object, std::string_view name) {
+  static constexpr std::string_view kString[] = {
+      "startswith", "endswith", "strip",  "lstrip",  "rstrip",  "split",        "rsplit",       "splitlines",
+      "upper",      "lower",    "capitalize", "title", "replace", "find",       "rfind",        "index",
+      "rindex",     "count",    "join",   "format",  "removeprefix", "removesuffix", "isdigit", "isalpha",
+      "isalnum",    "isspace",  "islower", "isupper", "swapcase"};
+  static constexpr std::string_view kDict[] = {"get", "items", "keys", "values"};
+  static constexpr std::string_view kList[] = {"index", "count"};
+  const auto in = [&](const auto& names) { return std::find(std::begin(names), std::end(names), name) != std::end(names); };
+  if (object.is_string()) return in(kString);
+  if (object.is_object() && !object.object().is_namespace) return in(kDict);
+  return object.is_array() && in(kList);
+}
+
 Value get_attribute(const Value& object, const std::string& name) {
   if (object.is_undefined()) fail(std::get<Undefined>(object.data).name);
   if (object.is_object()) {
     if (const Value* found = object.object().find(name)) return *found;
+  }
+  if (has_method(object, name)) {
+    return make_function(name, [object, name](const CallArgs& args) {
+      return call_method(object, name, args, SizeLimit{size_t{64} << 20});
+    });
   }
   return Undefined{fmt::format("'{}' has no attribute '{}'", object.is_object() ? "dict object" : type_name(object), name)};
 }
@@ -220,6 +241,15 @@ Value call_method(const Value& object, std::string_view name, const CallArgs& ar
     if (name == "upper" || name == "lower") return map_case(text, name == "upper");
     if (name == "capitalize") return capitalize(text);
     if (name == "title") return title(text);
+    if (name == "swapcase") {
+      std::string out;
+      for (char32_t c : decode_utf8(text)) {
+        const std::string one = encode_utf8(std::u32string(1, c));
+        const std::string upper = map_case(one, true);
+        out += upper != one ? upper : map_case(one, false);
+      }
+      return out;
+    }
     if (name == "replace") {
       return replace(text, string_argument(args.get(0, "old"), "replace's old"),
                      string_argument(args.get(1, "new"), "replace's new"), int_argument(args.get(2, "count"), -1), limit);

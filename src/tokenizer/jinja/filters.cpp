@@ -378,8 +378,9 @@ Value call_filter(std::string_view name, const Value& input, const CallArgs& arg
     const int64_t length = int64_t(decode_utf8(text).size());
     if (width <= length) return text;
     if (width > int64_t(limit.max_bytes)) fail("center: width past the size limit");
-    const int64_t left = (width - length) / 2 + ((width - length) % 2 != 0 && length % 2 != 0 ? 1 : 0);
-    return std::string(size_t(left), ' ') + text + std::string(size_t(width - length - left), ' ');
+    const int64_t margin = width - length;
+    const int64_t left = margin / 2 + (margin & width & 1);  // Python's str.center
+    return std::string(size_t(left), ' ') + text + std::string(size_t(margin - left), ' ');
   }
   if (name == "wordcount") {
     int64_t words = 0;

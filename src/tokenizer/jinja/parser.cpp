@@ -13,7 +13,10 @@
 namespace chronos::jinja::detail {
 namespace {
 
-constexpr int kMaxNesting = 128;  // nested expressions or blocks; deeper is refused, not a stack overflow
+// Deeper nesting is refused while parsing: evaluating or destroying a deeper tree would recurse
+// past the stack. Real chat templates nest a few levels.
+constexpr int kMaxNesting = 128;   // parser recursion: blocks, parentheses, unary operators
+constexpr int kMaxExprDepth = 256;  // an expression tree, chains of operators and filters included
 
 ExprPtr make_expr(Expr::Kind kind, int line) {
   auto expr = std::make_unique<Expr>();
@@ -77,6 +80,20 @@ class Parser {
   void expect_block_end() {
     if (!at(Token::Kind::kBlockEnd)) error(peek().line, fmt::format("expected '%}}', found {}", describe(peek())));
     next();
+  }
+
+  // Every node that takes operands passes here: its depth is known when it is built.
+  ExprPtr seal(ExprPtr expr) {
+    int depth = 0;
+    for (const ExprPtr& operand : expr->operands) {
+      if (operand != nullptr) depth = std::max(depth, operand->depth);
+    }
+    for (const ExprPtr& argument : expr->arguments) depth = std::max(depth, argument->depth);
+    expr->depth = depth + 1;
+    if (expr->depth > kMaxExprDepth) {
+      error(expr->line, fmt::format("an expression nests deeper than {} levels", kMaxExprDepth));
+    }
+    return expr;
   }
 
   struct NestingGuard {
@@ -333,7 +350,7 @@ class Parser {
       if (at(Token::Kind::kBlockEnd) || at(Token::Kind::kVariableEnd) || at_operator(")")) break;
       tuple->operands.push_back(with_condition ? parse_expression() : parse_or());
     }
-    return tuple;
+    return seal(std::move(tuple));
   }
 
   ExprPtr parse_expression() {
@@ -349,7 +366,7 @@ class Parser {
       } else {
         condition->operands.push_back(nullptr);
       }
-      value = std::move(condition);
+      value = seal(std::move(condition));
     }
     return value;
   }
@@ -359,7 +376,7 @@ class Parser {
     expr->name = std::move(op);
     expr->operands.push_back(std::move(left));
     expr->operands.push_back(std::move(right));
-    return expr;
+    return seal(std::move(expr));
   }
 
   ExprPtr parse_or() {
@@ -385,7 +402,7 @@ class Parser {
       NestingGuard guard(*this);
       auto expr = make_expr(Expr::Kind::kNot, next().line);
       expr->operands.push_back(parse_not());
-      return expr;
+      return seal(std::move(expr));
     }
     return parse_compare();
   }
@@ -426,6 +443,7 @@ class Parser {
 
   static ExprPtr clone(const Expr& expr) {
     auto copy = make_expr(expr.kind, expr.line);
+    copy->depth = expr.depth;
     copy->literal = expr.literal;
     copy->name = expr.name;
     copy->keywords = expr.keywords;
@@ -477,6 +495,7 @@ class Parser {
     if (at_operator("-")) {
       node = make_expr(Expr::Kind::kNegate, next().line);
       node->operands.push_back(parse_unary(false));
+      node = seal(std::move(node));
     } else if (at_operator("+")) {
       next();
       node = parse_unary(false);
@@ -556,7 +575,7 @@ class Parser {
       tuple->operands.push_back(parse_expression());
     }
     expect_operator(")");
-    return tuple;
+    return seal(std::move(tuple));
   }
 
   ExprPtr parse_list() {
@@ -567,7 +586,7 @@ class Parser {
       next();
     }
     expect_operator("]");
-    return list;
+    return seal(std::move(list));
   }
 
   ExprPtr parse_dict() {
@@ -580,7 +599,7 @@ class Parser {
       next();
     }
     expect_operator("}");
-    return dict;
+    return seal(std::move(dict));
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
@@ -591,13 +610,13 @@ class Parser {
           auto item = make_expr(Expr::Kind::kItem, line);
           item->operands.push_back(std::move(node));
           item->operands.push_back(parse_primary());
-          node = std::move(item);
+          node = seal(std::move(item));
           continue;
         }
         auto attr = make_expr(Expr::Kind::kAttr, line);
         attr->name = expect_name();
         attr->operands.push_back(std::move(node));
-        node = std::move(attr);
+        node = seal(std::move(attr));
       } else if (at_operator("[")) {
         node = parse_subscript(std::move(node));
       } else if (at_operator("(")) {
@@ -629,12 +648,12 @@ class Parser {
       auto item = make_expr(Expr::Kind::kItem, line);
       item->operands.push_back(std::move(node));
       item->operands.push_back(std::move(bounds[0]));
-      return item;
+      return seal(std::move(item));
     }
     auto expr = make_expr(Expr::Kind::kSlice, line);
     expr->operands.push_back(std::move(node));
     for (auto& bound : bounds) expr->operands.push_back(std::move(bound));
-    return expr;
+    return seal(std::move(expr));
   }
 
   // Arguments of a call, filter or test: positional ones, then name=value ones.
@@ -662,7 +681,7 @@ class Parser {
     auto call = make_expr(Expr::Kind::kCall, peek().line);
     call->operands.push_back(std::move(callee));
     parse_arguments(*call);
-    return call;
+    return seal(std::move(call));
   }
 
   ExprPtr parse_filter(ExprPtr input) {
@@ -671,7 +690,7 @@ class Parser {
     if (!is_filter_name(filter->name)) error(filter->line, fmt::format("unknown filter '{}'", filter->name));
     filter->operands.push_back(std::move(input));
     if (at_operator("(")) parse_arguments(*filter);
-    return filter;
+    return seal(std::move(filter));
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
@@ -703,7 +722,7 @@ class Parser {
     } else if (takes_bare_argument()) {
       test->arguments.push_back(parse_postfix(parse_primary()));
     }
-    return test;
+    return seal(std::move(test));
   }
 
   // "x is divisibleby 3", "x is sameas none": a test's single argument without parentheses.

@@ -15,6 +15,9 @@ namespace detail {
 namespace {
 
 constexpr size_t kMaxRange = size_t{1} << 20;
+// The stack a render may use: deep macro recursion over nested blocks ends in an error well
+// before the thread's stack does (8 MiB by default, less for some worker threads).
+constexpr ptrdiff_t kMaxStackBytes = ptrdiff_t{1} << 20;
 
 class Evaluator {
  public:
@@ -24,6 +27,7 @@ class Evaluator {
   std::string render(const nlohmann::ordered_json& context) {
     if (!context.is_object()) throw_error("{}: the variables must be a JSON object", program_.name);
     frames_.push_back({{}, -1});
+    stack_base_ = static_cast<const char*>(__builtin_frame_address(0));
     try {
       for (const auto& [key, value] : context.items()) frames_[0].variables.emplace_back(key, from_json(value));
       std::string out;
@@ -46,6 +50,7 @@ class Evaluator {
 
   int push_frame(int parent) {
     frames_.push_back({{}, parent});
+    frames_.back().variables.reserve(4);
     return int(frames_.size()) - 1;
   }
 
@@ -91,6 +96,9 @@ class Evaluator {
     line_ = line;
     if (++steps_ > options_.limits.max_steps) {
       fail(fmt::format("the template ran past {} steps (an endless or huge loop?)", options_.limits.max_steps));
+    }
+    if (stack_base_ - static_cast<const char*>(__builtin_frame_address(0)) > kMaxStackBytes) {
+      fail("the template nests calls too deeply for the stack (runaway recursion?)");
     }
   }
 
@@ -208,28 +216,37 @@ class Evaluator {
     }))
                                          : Value();
     const int64_t length = int64_t(items.size());
+    // One loop object per loop, its values updated in place each iteration (in this order).
+    auto position = std::make_shared<int64_t>(0);
+    ObjectPtr loop = make_object();
+    for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0",
+                            "previtem", "nextitem", "cycle"}) {
+      loop->items.emplace_back(key, Value());
+    }
+    loop->items[6].second = length;
+    loop->items[7].second = int64_t{depth + 1};
+    loop->items[8].second = int64_t{depth};
+    loop->items[11].second = make_function("cycle", [position](const CallArgs& args) {
+      if (args.positional.empty()) fail("no items for cycling given");
+      return args.positional[size_t(*position) % args.positional.size()];
+    });
+    const Value loop_value = stmt.recursive ? recurse_with(loop, recurse) : Value(loop);
     for (int64_t i = 0; i < length; ++i) {
       step(stmt.line);
-      ObjectPtr loop = make_object();
-      loop->items = {{"index", i + 1},
-                     {"index0", i},
-                     {"revindex", length - i},
-                     {"revindex0", length - i - 1},
-                     {"first", i == 0},
-                     {"last", i == length - 1},
-                     {"length", length},
-                     {"depth", int64_t{depth + 1}},
-                     {"depth0", int64_t{depth}},
-                     {"previtem", i > 0 ? items[size_t(i - 1)] : Value(Undefined{"there is no previous item"})},
-                     {"nextitem", i + 1 < length ? items[size_t(i + 1)] : Value(Undefined{"there is no next item"})}};
-      loop->items.emplace_back("cycle", make_function("cycle", [i](const CallArgs& args) {
-        if (args.positional.empty()) fail("no items for cycling given");
-        return args.positional[size_t(i) % args.positional.size()];
-      }));
+      *position = i;
+      auto& values = loop->items;
+      values[0].second = i + 1;
+      values[1].second = i;
+      values[2].second = length - i;
+      values[3].second = length - i - 1;
+      values[4].second = i == 0;
+      values[5].second = i == length - 1;
+      values[9].second = i > 0 ? items[size_t(i - 1)] : Value(Undefined{"there is no previous item"});
+      values[10].second = i + 1 < length ? items[size_t(i + 1)] : Value(Undefined{"there is no next item"});
       const int frame = push_frame(outer);
       const Flow flow = in_frame(frame, [&] {
         bind_targets(stmt.targets, items[size_t(i)]);
-        define("loop", stmt.recursive ? recurse_with(loop, recurse) : Value(loop));
+        define("loop", loop_value);
         return exec_body(stmt.body, out);
       });
       if (flow == Flow::kBreak) break;
@@ -489,6 +506,7 @@ class Evaluator {
   int line_ = 0;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  const char* stack_base_ = nullptr;
 };
 
 }  // namespace
