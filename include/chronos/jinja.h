@@ -17,9 +17,9 @@ namespace chronos::jinja {
 // Bounds on one render, so that a hostile or broken template ends with an error instead of
 // running away with the time or the memory of the process.
 struct Limits {
-  uint64_t max_steps = 10'000'000;           // expression and statement evaluations (about 1 s)
+  uint64_t max_steps = 10'000'000;             // expression and statement evaluations (about 1 s)
   size_t max_output_bytes = size_t{64} << 20;  // the rendered text, and any one string value
-  int max_call_depth = 64;                  // nested macro calls
+  int max_call_depth = 64;                     // nested macro calls
 };
 
 struct RenderOptions {

@@ -17,7 +17,8 @@ using ordered_json = nlohmann::ordered_json;
 
 std::string read_text(const std::string& path, std::string_view what) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw_error("{}: is a folder, not a {} file", path, what);
+  if (std::error_code ec; std::filesystem::is_directory(path, ec))
+    throw_error("{}: is a folder, not a {} file", path, what);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_error("{}: cannot open the {} file", path, what);
   std::string text(std::istreambuf_iterator<char>(in), {});
@@ -37,13 +38,15 @@ ordered_json read_json(const std::string& path, std::string_view what) {
 }  // namespace
 
 void add_chat_flags(CLI::App* app, ChatFlags& flags) {
-  app->add_option("--messages", flags.messages_file,
-                  "The conversation as JSON: an OpenAI messages array, or an object with \"messages\" (and \"tools\"); - "
-                  "reads standard input");
+  app->add_option(
+      "--messages", flags.messages_file,
+      "The conversation as JSON: an OpenAI messages array, or an object with \"messages\" (and \"tools\"); - "
+      "reads standard input");
   app->add_option("--tools", flags.tools_file, "Tool definitions as a JSON list (OpenAI function tools)");
-  app->add_option("--chat-kwarg", flags.kwargs,
-                  "A variable for the chat template, KEY=VALUE (e.g. enable_thinking=false); VALUE is JSON when it parses "
-                  "as JSON, else a string (repeatable)");
+  app->add_option(
+      "--chat-kwarg", flags.kwargs,
+      "A variable for the chat template, KEY=VALUE (e.g. enable_thinking=false); VALUE is JSON when it parses "
+      "as JSON, else a string (repeatable)");
   app->add_option("--chat-template", flags.template_file, "Render with this Jinja template instead of the model's");
 }
 

@@ -12,8 +12,8 @@
 namespace chronos::cli {
 
 struct ChatFlags {
-  std::string messages_file;  // JSON: an OpenAI messages array, or an object with "messages" (and "tools")
-  std::string tools_file;     // JSON: a list of tool definitions
+  std::string messages_file;        // JSON: an OpenAI messages array, or an object with "messages" (and "tools")
+  std::string tools_file;           // JSON: a list of tool definitions
   std::vector<std::string> kwargs;  // KEY=VALUE; VALUE is JSON when it parses as JSON, else a string
   std::string template_file;
 };

@@ -70,8 +70,10 @@ int run_tokenize(const TokenizeArgs& args) {
 Command register_chat_template(CLI::App& app) {
   auto args = std::make_shared<ChatTemplateArgs>();
   CLI::App* sub = app.add_subcommand(
-      "chat-template", "Print a conversation rendered by the model's chat template, as transformers' apply_chat_template does");
-  sub->add_option("-m,--model", args->model, "Model folder or .gguf file; default: $CHRONOS_MODEL or the bundled model");
+      "chat-template",
+      "Print a conversation rendered by the model's chat template, as transformers' apply_chat_template does");
+  sub->add_option("-m,--model", args->model,
+                  "Model folder or .gguf file; default: $CHRONOS_MODEL or the bundled model");
   add_chat_flags(sub, args->chat);
   sub->add_flag("--no-generation-prompt", args->no_generation_prompt,
                 "Do not open an assistant turn at the end (add_generation_prompt=False)");
@@ -81,7 +83,8 @@ Command register_chat_template(CLI::App& app) {
 Command register_tokenize(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
   CLI::App* sub = app.add_subcommand("tokenize", "Print the tokens of a text (-p, -f or stdin): id and token per line");
-  sub->add_option("-m,--model", args->model, "Model folder or .gguf file; default: $CHRONOS_MODEL or the bundled model");
+  sub->add_option("-m,--model", args->model,
+                  "Model folder or .gguf file; default: $CHRONOS_MODEL or the bundled model");
   auto* p = sub->add_option("-p,--prompt", args->text, "The text");
   sub->add_option("-f,--file", args->file, "Read the text from a file")->excludes(p);
   sub->add_flag("--ids", args->ids_only, "Print only the ids, as one JSON list");

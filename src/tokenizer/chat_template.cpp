@@ -43,8 +43,10 @@ ordered_json normalize_messages(const ordered_json& messages) {
 std::string render_chat_template(std::string_view template_text, const ChatRequest& request,
                                  std::span<const std::pair<std::string, std::string>> special_tokens,
                                  const jinja::RenderOptions& options) {
-  if (template_text.empty()) throw_error("chat template: the model has no chat template (give one with --chat-template FILE)");
-  if (!request.tools.is_null() && !request.tools.is_array()) throw_error("chat: tools must be a list of tool definitions");
+  if (template_text.empty())
+    throw_error("chat template: the model has no chat template (give one with --chat-template FILE)");
+  if (!request.tools.is_null() && !request.tools.is_array())
+    throw_error("chat: tools must be a list of tool definitions");
   if (!request.documents.is_null() && !request.documents.is_array()) throw_error("chat: documents must be a list");
   if (!request.kwargs.is_object()) throw_error("chat: the template keyword arguments must be an object");
   ordered_json context = ordered_json::object();

@@ -76,8 +76,9 @@ TEST_F(CliChat, TemplateToolsAndKwargsFromFlags) {
     if (name != "thinking_off_gen" && name != "tools_gen") continue;
     std::vector<std::string> args = {"chat-template", "-m", kQwenTokenizer.string(), "--chat-template", tmpl};
     if (c.contains("tools")) {
-      args.insert(args.end(), {"--messages", write("request.json", ordered_json{{"messages", c.at("messages")},
-                                                                                {"tools", c.at("tools")}}.dump())});
+      args.insert(args.end(),
+                  {"--messages", write("request.json",
+                                       ordered_json{{"messages", c.at("messages")}, {"tools", c.at("tools")}}.dump())});
     } else {
       args.insert(args.end(), {"--messages", write("messages.json", c.at("messages").dump())});
     }
@@ -92,10 +93,10 @@ TEST_F(CliChat, TemplateToolsAndKwargsFromFlags) {
 TEST_F(CliChat, ChatKwargValuesAreJsonOrStrings) {
   const std::string tmpl = write("t.jinja", "{{ a|tojson }} {{ b|tojson }} {{ c|tojson }} {{ eos_token }}");
   const std::string messages = write("m.json", R"([{"role": "user", "content": "x"}])");
-  const RunResult r = run_chronos({"chat-template", "-m", kQwenTokenizer.string(), "--messages", messages,
-                                   "--chat-template", tmpl, "--chat-kwarg", "a=false", "--chat-kwarg", "b=high",
-                                   "--chat-kwarg", "c={\"k\": [1]}", "--chat-kwarg", "eos_token=<END>"},
-                                  work_);
+  const RunResult r = run_chronos(
+      {"chat-template", "-m", kQwenTokenizer.string(), "--messages", messages, "--chat-template", tmpl, "--chat-kwarg",
+       "a=false", "--chat-kwarg", "b=high", "--chat-kwarg", "c={\"k\": [1]}", "--chat-kwarg", "eos_token=<END>"},
+      work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, R"(false "high" {"k": [1]} <END>)");
 }
@@ -126,8 +127,8 @@ TEST_F(CliChat, TokenizePrintsTheReferenceIds) {
 TEST_F(CliChat, GenerateMessagesEqualsChatPrompt) {
   const std::string messages = write("m.json", R"([{"role": "system", "content": "Be brief."},
                                                   {"role": "user", "content": "The history of"}])");
-  const RunResult from_file = run_chronos(
-      {"generate", "-m", kModel.string(), "--messages", messages, "-n", "8", "--ignore-eos"}, work_);
+  const RunResult from_file =
+      run_chronos({"generate", "-m", kModel.string(), "--messages", messages, "-n", "8", "--ignore-eos"}, work_);
   ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
   const RunResult from_flags = run_chronos({"generate", "-m", kModel.string(), "--chat", "--system", "Be brief.", "-p",
                                             "The history of", "-n", "8", "--ignore-eos"},
@@ -145,14 +146,15 @@ TEST_F(CliChat, BadInputIsOneClearError) {
                        broken + ": not valid JSON");
   expect_clean_failure(run_chronos({"chat-template", "-m", model, "--messages", write("o.json", R"({"a": 1})")}, work_),
                        1, "must be a JSON list of message objects");
-  expect_clean_failure(run_chronos({"chat-template", "-m", model, "--messages", write("r.json", R"([{"content": 1}])")},
-                                   work_),
-                       1, "message 0 is not an object with a string \"role\"");
-  expect_clean_failure(run_chronos({"chat-template", "-m", model, "--messages", good, "--tools", good + ".missing"},
-                                   work_),
-                       1, "cannot open the tools file");
-  expect_clean_failure(run_chronos({"chat-template", "-m", model, "--messages", good, "--chat-kwarg", "novalue"}, work_),
-                       2, "--chat-kwarg novalue: expected KEY=VALUE");
+  expect_clean_failure(
+      run_chronos({"chat-template", "-m", model, "--messages", write("r.json", R"([{"content": 1}])")}, work_), 1,
+      "message 0 is not an object with a string \"role\"");
+  expect_clean_failure(
+      run_chronos({"chat-template", "-m", model, "--messages", good, "--tools", good + ".missing"}, work_), 1,
+      "cannot open the tools file");
+  expect_clean_failure(
+      run_chronos({"chat-template", "-m", model, "--messages", good, "--chat-kwarg", "novalue"}, work_), 2,
+      "--chat-kwarg novalue: expected KEY=VALUE");
   expect_clean_failure(run_chronos({"chat-template", "-m", model}, work_), 2, "needs --messages");
   expect_clean_failure(run_chronos({"chat-template", "-m", model, "--messages", good, "--chat-template",
                                     write("bad.jinja", "ok\n{% for m in messages %}{{ m.role | nosuchfilter }}")},

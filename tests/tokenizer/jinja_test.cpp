@@ -126,7 +126,8 @@ TEST(JinjaErrors, SyntaxErrorsNameTheLine) {
   EXPECT_EQ(render_error("a\nb\n{% if x %}\nno end"),
             "chat template line 4: unexpected end of the template: 'if' is not closed");
   EXPECT_EQ(render_error("line one\n{{ x | frobnicate }}"), "chat template line 2: unknown filter 'frobnicate'");
-  EXPECT_EQ(render_error("{% for x in y %}{% endif %}"), "chat template line 1: unexpected 'endif' (no open block it closes)");
+  EXPECT_EQ(render_error("{% for x in y %}{% endif %}"),
+            "chat template line 1: unexpected 'endif' (no open block it closes)");
   EXPECT_EQ(render_error("\n\n{% include 'x.jinja' %}"),
             "chat template line 3: '{% include %}' is not supported in chat templates");
   EXPECT_EQ(render_error("{{ x is frobbed }}"), "chat template line 1: unknown test 'frobbed'");
@@ -169,9 +170,10 @@ TEST(JinjaErrors, RunawayTemplatesStopAtTheLimits) {
             std::string::npos);
   EXPECT_NE(render_error("{% for i in range(1000000) %}{{ 'x' * 1000 }}{% endfor %}").find("output grew past"),
             std::string::npos);
-  EXPECT_NE(render_error("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
-                .find("string grew past"),
-            std::string::npos);
+  EXPECT_NE(
+      render_error("{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
+          .find("string grew past"),
+      std::string::npos);
   EXPECT_NE(render_error("{{ range(100000000000)|length }}").find("past the limit"), std::string::npos);
   EXPECT_NE(render_error("{{ 'ab' * 100000000000 }}").find("string grew past"), std::string::npos);
   // The default limits bound the time too: all of the above in seconds, not minutes, even under

@@ -57,14 +57,14 @@ struct Parameters {
 
 struct Stmt {
   enum class Kind {
-    kText,       // text
-    kOutput,     // {{ expr }}
-    kIf,         // branches: (condition, body); the else branch has a null condition
-    kFor,        // for targets in expr [if condition] [recursive]: body [else: else_body]
-    kSet,        // set targets = expr, or set targets[0].attribute = expr
-    kSetBlock,   // set targets[0] %} body {% endset
-    kMacro,      // macro name(parameters): body
-    kCallBlock,  // call(parameters) expr: body (the caller)
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // branches: (condition, body); the else branch has a null condition
+    kFor,          // for targets in expr [if condition] [recursive]: body [else: else_body]
+    kSet,          // set targets = expr, or set targets[0].attribute = expr
+    kSetBlock,     // set targets[0] %} body {% endset
+    kMacro,        // macro name(parameters): body
+    kCallBlock,    // call(parameters) expr: body (the caller)
     kFilterBlock,  // filter: expr is the filter chain over the body, applied to the name "caller"
     kBreak,
     kContinue,

@@ -20,13 +20,15 @@ constexpr size_t kMaxListItems = size_t{1} << 20;
 // bound method (so `s.strip is defined` holds, as in Python).
 bool has_method(const Value& object, std::string_view name) {
   static constexpr std::string_view kString[] = {
-      "startswith", "endswith", "strip",  "lstrip",  "rstrip",  "split",        "rsplit",       "splitlines",
-      "upper",      "lower",    "capitalize", "title", "replace", "find",       "rfind",        "index",
-      "rindex",     "count",    "join",   "format",  "removeprefix", "removesuffix", "isdigit", "isalpha",
-      "isalnum",    "isspace",  "islower", "isupper", "swapcase"};
+      "startswith", "endswith", "strip",      "lstrip",  "rstrip",       "split",        "rsplit",  "splitlines",
+      "upper",      "lower",    "capitalize", "title",   "replace",      "find",         "rfind",   "index",
+      "rindex",     "count",    "join",       "format",  "removeprefix", "removesuffix", "isdigit", "isalpha",
+      "isalnum",    "isspace",  "islower",    "isupper", "swapcase"};
   static constexpr std::string_view kDict[] = {"get", "items", "keys", "values"};
   static constexpr std::string_view kList[] = {"index", "count"};
-  const auto in = [&](const auto& names) { return std::find(std::begin(names), std::end(names), name) != std::end(names); };
+  const auto in = [&](const auto& names) {
+    return std::find(std::begin(names), std::end(names), name) != std::end(names);
+  };
   if (object.is_string()) return in(kString);
   if (object.is_object() && !object.object().is_namespace) return in(kDict);
   return object.is_array() && in(kList);
@@ -42,7 +44,8 @@ Value get_attribute(const Value& object, const std::string& name) {
       return call_method(object, name, args, SizeLimit{size_t{64} << 20});
     });
   }
-  return Undefined{fmt::format("'{}' has no attribute '{}'", object.is_object() ? "dict object" : type_name(object), name)};
+  return Undefined{
+      fmt::format("'{}' has no attribute '{}'", object.is_object() ? "dict object" : type_name(object), name)};
 }
 
 Value get_item(const Value& object, const Value& key) {
@@ -156,7 +159,8 @@ Value binary_operator(std::string_view op, const Value& left, const Value& right
       const Value& sequence = string_times || left.is_array() ? left : right;
       const int64_t count = std::max<int64_t>(0, (string_times || left.is_array() ? right : left).as_int());
       if (sequence.is_string()) {
-        if (sequence.str().size() * uint64_t(count) > limit.max_bytes) checked(std::string(limit.max_bytes + 1, ' '), limit);
+        if (sequence.str().size() * uint64_t(count) > limit.max_bytes)
+          checked(std::string(limit.max_bytes + 1, ' '), limit);
         std::string out;
         for (int64_t i = 0; i < count; ++i) out += sequence.str();
         return out;
@@ -222,7 +226,8 @@ Value call_method(const Value& object, std::string_view name, const CallArgs& ar
       if (affix == nullptr) fail(fmt::format("{}() takes at least 1 argument", name));
       const std::vector<Value> options = affix->is_array() ? affix->array() : std::vector<Value>{*affix};
       for (const Value& option : options) {
-        const std::string& s = string_argument(&option, name == "startswith" ? "startswith's prefix" : "endswith's suffix");
+        const std::string& s =
+            string_argument(&option, name == "startswith" ? "startswith's prefix" : "endswith's suffix");
         if (name == "startswith" ? text.starts_with(s) : text.ends_with(s)) return true;
       }
       return false;
@@ -235,7 +240,8 @@ Value call_method(const Value& object, std::string_view name, const CallArgs& ar
     }
     if (name == "splitlines") {
       Array lines;
-      for (auto& line : split_lines(text, bool_argument(args.get(0, "keepends"), false))) lines.push_back(std::move(line));
+      for (auto& line : split_lines(text, bool_argument(args.get(0, "keepends"), false)))
+        lines.push_back(std::move(line));
       return lines;
     }
     if (name == "upper" || name == "lower") return map_case(text, name == "upper");
@@ -252,7 +258,8 @@ Value call_method(const Value& object, std::string_view name, const CallArgs& ar
     }
     if (name == "replace") {
       return replace(text, string_argument(args.get(0, "old"), "replace's old"),
-                     string_argument(args.get(1, "new"), "replace's new"), int_argument(args.get(2, "count"), -1), limit);
+                     string_argument(args.get(1, "new"), "replace's new"), int_argument(args.get(2, "count"), -1),
+                     limit);
     }
     if (name == "find" || name == "rfind" || name == "index" || name == "rindex" || name == "count") {
       const std::u32string haystack = decode_utf8(text);
@@ -260,7 +267,8 @@ Value call_method(const Value& object, std::string_view name, const CallArgs& ar
       if (name == "count") {
         if (needle.empty()) return int64_t(haystack.size() + 1);
         int64_t count = 0;
-        for (size_t at = haystack.find(needle); at != std::u32string::npos; at = haystack.find(needle, at + needle.size())) {
+        for (size_t at = haystack.find(needle); at != std::u32string::npos;
+             at = haystack.find(needle, at + needle.size())) {
           ++count;
         }
         return count;

@@ -48,7 +48,8 @@ Value select_items(const Value& input, const CallArgs& args, bool by_attribute, 
   Array kept;
   for (const Value& item : iterate(input)) {
     const Value subject = by_attribute ? attribute_path(item, attribute) : item;
-    const bool passed = test == nullptr ? truthy(subject) : call_test(string_argument(test, "the test"), subject, test_args);
+    const bool passed =
+        test == nullptr ? truthy(subject) : call_test(string_argument(test, "the test"), subject, test_args);
     if (passed == keep) kept.push_back(item);
   }
   return kept;
@@ -101,8 +102,8 @@ Value min_max(const Value& input, const CallArgs& args, bool want_max) {
   size_t best = 0;
   Value best_key;
   for (size_t i = 0; i < items.size(); ++i) {
-    Value key = lower_if_string(attribute != nullptr ? attribute_path(items[i], to_str(*attribute)) : items[i],
-                                case_sensitive);
+    Value key =
+        lower_if_string(attribute != nullptr ? attribute_path(items[i], to_str(*attribute)) : items[i], case_sensitive);
     if (i == 0 || (want_max ? compare(key, best_key) > 0 : compare(key, best_key) < 0)) {
       best = i;
       best_key = std::move(key);
@@ -129,7 +130,8 @@ Value to_int(const Value& value, const Value* fallback_value, int64_t base) {
   if (ec == std::errc() && ptr == text.data() + text.size() && !text.empty()) return result;
   char* end = nullptr;
   const double d = std::strtod(text.c_str(), &end);
-  if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(d) && std::fabs(d) < 9.2e18) return int64_t(d);
+  if (!text.empty() && end == text.c_str() + text.size() && std::isfinite(d) && std::fabs(d) < 9.2e18)
+    return int64_t(d);
   return fallback;
 }
 
@@ -147,8 +149,8 @@ Value to_float(const Value& value, const Value* fallback_value) {
 std::string indent(const std::string& text, const CallArgs& args) {
   args.check("indent", 3, {"width", "first", "blank"});
   const Value* width = args.get(0, "width");
-  const std::string indention = width != nullptr && width->is_string() ? width->str()
-                                                                       : std::string(size_t(int_argument(width, 4)), ' ');
+  const std::string indention =
+      width != nullptr && width->is_string() ? width->str() : std::string(size_t(int_argument(width, 4)), ' ');
   const bool first = bool_argument(args.get(1, "first"), false);
   const bool blank = bool_argument(args.get(2, "blank"), false);
   const std::vector<std::string> lines = split_lines(text + "\n", false);
@@ -205,22 +207,25 @@ double python_round(double value, int64_t digits) {
 
 bool is_filter_name(std::string_view name) {
   static constexpr std::string_view kNames[] = {
-      "abs",      "attr",     "batch",   "capitalize", "center",     "count",    "d",          "default",
-      "dictsort", "e",        "escape",  "filesizeformat", "first",  "float",    "forceescape", "format",
-      "groupby",  "indent",   "int",     "items",      "join",       "last",     "length",     "list",
-      "lower",    "map",      "max",     "min",        "pprint",     "random",   "reject",     "rejectattr",
-      "replace",  "reverse",  "round",   "safe",       "select",     "selectattr", "slice",    "sort",
-      "string",   "striptags", "sum",    "title",      "tojson",     "trim",     "truncate",   "unique",
-      "upper",    "urlencode", "urlize", "wordcount",  "wordwrap",   "xmlattr"};
+      "abs",    "attr",       "batch",       "capitalize", "center",   "count",
+      "d",      "default",    "dictsort",    "e",          "escape",   "filesizeformat",
+      "first",  "float",      "forceescape", "format",     "groupby",  "indent",
+      "int",    "items",      "join",        "last",       "length",   "list",
+      "lower",  "map",        "max",         "min",        "pprint",   "random",
+      "reject", "rejectattr", "replace",     "reverse",    "round",    "safe",
+      "select", "selectattr", "slice",       "sort",       "string",   "striptags",
+      "sum",    "title",      "tojson",      "trim",       "truncate", "unique",
+      "upper",  "urlencode",  "urlize",      "wordcount",  "wordwrap", "xmlattr"};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
 bool is_test_name(std::string_view name) {
   static constexpr std::string_view kNames[] = {
-      "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false", "filter",
-      "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping",
-      "ne", "none", "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper",
-      "==", "!=", "<", "<=", ">", ">="};
+      "boolean",  "callable", "defined",  "divisibleby", "eq",          "equalto", "escaped", "even",
+      "false",    "filter",   "float",    "ge",          "greaterthan", "gt",      "in",      "integer",
+      "iterable", "le",       "lessthan", "lower",       "lt",          "mapping", "ne",      "none",
+      "number",   "odd",      "sameas",   "sequence",    "string",      "test",    "true",    "undefined",
+      "upper",    "==",       "!=",       "<",           "<=",          ">",       ">="};
   return std::find(std::begin(kNames), std::end(kNames), name) != std::end(kNames);
 }
 
@@ -263,7 +268,8 @@ Value call_filter(std::string_view name, const Value& input, const CallArgs& arg
   }
   if (name == "items") {
     if (input.is_undefined()) return Array{};
-    if (!input.is_object() || input.object().is_namespace) fail(fmt::format("items: expected a dict, got {}", type_name(input)));
+    if (!input.is_object() || input.object().is_namespace)
+      fail(fmt::format("items: expected a dict, got {}", type_name(input)));
     Array pairs;
     for (const auto& [k, v] : input.object().items) pairs.push_back(make_tuple(Array{Value(k), v}));
     return pairs;
@@ -309,7 +315,8 @@ Value call_filter(std::string_view name, const Value& input, const CallArgs& arg
     Array kept;
     std::vector<Value> seen;
     for (const Value& item : iterate(input)) {
-      Value key = lower_if_string(attribute != nullptr ? attribute_path(item, to_str(*attribute)) : item, case_sensitive);
+      Value key =
+          lower_if_string(attribute != nullptr ? attribute_path(item, to_str(*attribute)) : item, case_sensitive);
       if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
         seen.push_back(std::move(key));
         kept.push_back(item);
@@ -339,7 +346,8 @@ Value call_filter(std::string_view name, const Value& input, const CallArgs& arg
     const Value* attribute = args.get(0, "attribute");
     Value total = args.get(1, "start") != nullptr ? *args.get(1, "start") : Value(int64_t{0});
     for (const Value& item : iterate(input)) {
-      total = binary_operator("+", total, attribute != nullptr ? attribute_path(item, to_str(*attribute)) : item, limit);
+      total =
+          binary_operator("+", total, attribute != nullptr ? attribute_path(item, to_str(*attribute)) : item, limit);
     }
     return total;
   }
@@ -414,8 +422,10 @@ bool call_test(std::string_view name, const Value& input, const CallArgs& args) 
   if (name == "number") return input.is_number();
   if (name == "string") return input.is_string();
   if (name == "mapping") return input.is_object() && !input.object().is_namespace;
-  if (name == "iterable") return input.is_array() || input.is_string() || (input.is_object() && !input.object().is_namespace);
-  if (name == "sequence") return input.is_array() || input.is_string() || (input.is_object() && !input.object().is_namespace);
+  if (name == "iterable")
+    return input.is_array() || input.is_string() || (input.is_object() && !input.object().is_namespace);
+  if (name == "sequence")
+    return input.is_array() || input.is_string() || (input.is_object() && !input.object().is_namespace);
   if (name == "callable") return input.is_function();
   if (name == "odd") return input.as_int() % 2 != 0;
   if (name == "even") return input.as_int() % 2 == 0;

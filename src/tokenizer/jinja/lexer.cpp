@@ -146,13 +146,13 @@ class Lexer {
       if (depth == 0) {
         const char end[3] = {closer, '}', '\0'};
         const bool plain = rest.starts_with(end);
-        const bool stripped = rest.size() >= 3 && (rest[0] == '-' || (rest[0] == '+' && !variable)) &&
-                              rest.substr(1).starts_with(end);
+        const bool stripped =
+            rest.size() >= 3 && (rest[0] == '-' || (rest[0] == '+' && !variable)) && rest.substr(1).starts_with(end);
         if (plain || stripped) {
           tokens_.push_back({variable ? Token::Kind::kVariableEnd : Token::Kind::kBlockEnd, "", line_});
-          trim_next_ = stripped && rest[0] == '-' ? Trim::kAll
+          trim_next_ = stripped && rest[0] == '-'                 ? Trim::kAll
                        : variable || (stripped && rest[0] == '+') ? Trim::kNone
-                                                                 : Trim::kNewline;
+                                                                  : Trim::kNewline;
           advance_to(pos_ + (plain ? 2 : 3));
           return;
         }
@@ -229,17 +229,38 @@ class Lexer {
       const char e = rest[i + 1];
       i += 2;
       switch (e) {
-        case '\n': break;
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
-        case 'v': value += '\v'; break;
+        case '\n':
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'v':
+          value += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {

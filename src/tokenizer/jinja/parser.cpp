@@ -15,7 +15,7 @@ namespace {
 
 // Deeper nesting is refused while parsing: evaluating or destroying a deeper tree would recurse
 // past the stack. Real chat templates nest a few levels.
-constexpr int kMaxNesting = 128;   // parser recursion: blocks, parentheses, unary operators
+constexpr int kMaxNesting = 128;    // parser recursion: blocks, parentheses, unary operators
 constexpr int kMaxExprDepth = 256;  // an expression tree, chains of operators and filters included
 
 ExprPtr make_expr(Expr::Kind kind, int line) {
@@ -60,12 +60,18 @@ class Parser {
 
   std::string describe(const Token& token) const {
     switch (token.kind) {
-      case Token::Kind::kEnd: return "the end of the template";
-      case Token::Kind::kBlockEnd: return "'%}'";
-      case Token::Kind::kVariableEnd: return "'}}'";
-      case Token::Kind::kText: return "text";
-      case Token::Kind::kString: return "a string";
-      default: return "'" + token.text + "'";
+      case Token::Kind::kEnd:
+        return "the end of the template";
+      case Token::Kind::kBlockEnd:
+        return "'%}'";
+      case Token::Kind::kVariableEnd:
+        return "'}}'";
+      case Token::Kind::kText:
+        return "text";
+      case Token::Kind::kString:
+        return "a string";
+      default:
+        return "'" + token.text + "'";
     }
   }
 
@@ -148,14 +154,16 @@ class Parser {
         case Token::Kind::kEnd:
           if (terminators.size() == 0) return body;
           error(token.line, fmt::format("unexpected end of the template: '{}' is not closed", opener));
-        default: error(token.line, fmt::format("unexpected {}", describe(token)));
+        default:
+          error(token.line, fmt::format("unexpected {}", describe(token)));
       }
     }
   }
 
   StmtPtr parse_statement() {
     const Token& keyword = peek();
-    if (keyword.kind != Token::Kind::kName) error(keyword.line, fmt::format("expected a statement, found {}", describe(keyword)));
+    if (keyword.kind != Token::Kind::kName)
+      error(keyword.line, fmt::format("expected a statement, found {}", describe(keyword)));
     const std::string& word = keyword.text;
     if (word == "if") return parse_if();
     if (word == "for") return parse_for();
@@ -170,8 +178,8 @@ class Parser {
       expect_block_end();
       return make_stmt(word == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue, keyword.line);
     }
-    static constexpr std::string_view kUnsupported[] = {"include", "import", "from", "extends", "block", "with",
-                                                        "autoescape", "do", "trans", "pluralize"};
+    static constexpr std::string_view kUnsupported[] = {"include", "import",     "from", "extends", "block",
+                                                        "with",    "autoescape", "do",   "trans",   "pluralize"};
     if (std::find(std::begin(kUnsupported), std::end(kUnsupported), word) != std::end(kUnsupported)) {
       error(keyword.line, fmt::format("'{{% {} %}}' is not supported in chat templates", word));
     }
@@ -552,7 +560,8 @@ class Parser {
         if (token.text == "[") return parse_list();
         if (token.text == "{") return parse_dict();
         [[fallthrough]];
-      default: error(token.line, fmt::format("unexpected {} in an expression", describe(token)));
+      default:
+        error(token.line, fmt::format("unexpected {} in an expression", describe(token)));
     }
   }
 
@@ -661,7 +670,8 @@ class Parser {
     expect_operator("(");
     std::vector<ExprPtr> keyword_values;
     while (!at_operator(")")) {
-      if (at_operator("*") || at_operator("**")) error(peek().line, "'*args' and '**kwargs' in calls are not supported");
+      if (at_operator("*") || at_operator("**"))
+        error(peek().line, "'*args' and '**kwargs' in calls are not supported");
       if (at(Token::Kind::kName) && at_operator("=", 1)) {
         expr.keywords.push_back(next().text);
         next();
@@ -728,7 +738,8 @@ class Parser {
   // "x is divisibleby 3", "x is sameas none": a test's single argument without parentheses.
   bool takes_bare_argument() const {
     const Token& token = peek();
-    if (token.kind == Token::Kind::kString || token.kind == Token::Kind::kInteger || token.kind == Token::Kind::kFloat) {
+    if (token.kind == Token::Kind::kString || token.kind == Token::Kind::kInteger ||
+        token.kind == Token::Kind::kFloat) {
       return true;
     }
     if (token.kind == Token::Kind::kOperator) return token.text == "[" || token.text == "{";

@@ -34,7 +34,7 @@ std::string checked(std::string text, SizeLimit limit) {
 // (German sharp s, the Latin ligatures, dotted capital I).
 std::string map_case(const std::string& text, bool upper) {
   static constexpr std::pair<char32_t, std::u32string_view> kUpperSpecial[] = {
-      {0x00DF, U"SS"}, {0xFB00, U"FF"}, {0xFB01, U"FI"}, {0xFB02, U"FL"},
+      {0x00DF, U"SS"},  {0xFB00, U"FF"},  {0xFB01, U"FI"}, {0xFB02, U"FL"},
       {0xFB03, U"FFI"}, {0xFB04, U"FFL"}, {0xFB05, U"ST"}, {0xFB06, U"ST"}};
   std::u32string out;
   for (char32_t c : decode_utf8(text)) {
@@ -54,7 +54,6 @@ std::string map_case(const std::string& text, bool upper) {
   }
   return encode_utf8(out);
 }
-
 
 std::string capitalize(const std::string& text) {
   std::u32string chars = decode_utf8(text);
@@ -86,7 +85,9 @@ std::string strip(const std::string& text, const Value* chars, bool left, bool r
     if (!chars->is_string()) fail("strip arg must be None or str");
     set = decode_utf8(chars->str());
   }
-  const auto strippable = [&](char32_t c) { return whitespace ? is_python_space(c) : set.find(c) != std::u32string::npos; };
+  const auto strippable = [&](char32_t c) {
+    return whitespace ? is_python_space(c) : set.find(c) != std::u32string::npos;
+  };
   size_t begin = 0, end = s.size();
   if (left) {
     while (begin < end && strippable(s[begin])) ++begin;
@@ -233,11 +234,19 @@ std::string percent_format(const std::string& format, const Array& values, SizeL
     const Value& value = values[next_value++];
     std::string text;
     switch (conversion) {
-      case 's': text = to_str(value); break;
-      case 'r': text = to_repr(value); break;
+      case 's':
+        text = to_str(value);
+        break;
+      case 'r':
+        text = to_repr(value);
+        break;
       case 'd':
-      case 'i': text = std::to_string(value.is_float() ? int64_t(value.as_double()) : value.as_int()); break;
-      case 'x': text = fmt::format("{:x}", value.as_int()); break;
+      case 'i':
+        text = std::to_string(value.is_float() ? int64_t(value.as_double()) : value.as_int());
+        break;
+      case 'x':
+        text = fmt::format("{:x}", value.as_int());
+        break;
       case 'f': {
         int precision = 6;
         if (const size_t dot = spec.find('.'); dot != std::string::npos) precision = std::atoi(spec.c_str() + dot + 1);
@@ -245,7 +254,8 @@ std::string percent_format(const std::string& format, const Array& values, SizeL
         spec = spec.substr(0, spec.find('.'));
         break;
       }
-      default: fail(fmt::format("unsupported format character '{}'", conversion));
+      default:
+        fail(fmt::format("unsupported format character '{}'", conversion));
     }
     const bool left_align = !spec.empty() && spec[0] == '-';
     const int width = std::atoi(spec.c_str() + (left_align ? 1 : 0));
@@ -301,12 +311,23 @@ std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

@@ -121,22 +121,32 @@ class Evaluator {
   Flow exec(const Stmt& stmt, std::string& out) {
     step(stmt.line);
     switch (stmt.kind) {
-      case Stmt::Kind::kText: emit(out, stmt.text); return Flow::kNormal;
-      case Stmt::Kind::kOutput: emit(out, to_str(eval(*stmt.expr))); return Flow::kNormal;
+      case Stmt::Kind::kText:
+        emit(out, stmt.text);
+        return Flow::kNormal;
+      case Stmt::Kind::kOutput:
+        emit(out, to_str(eval(*stmt.expr)));
+        return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (const auto& [condition, body] : stmt.branches) {
           if (condition == nullptr || truthy(eval(*condition))) return exec_body(body, out);
         }
         return Flow::kNormal;
-      case Stmt::Kind::kFor: exec_for(stmt, eval(*stmt.expr), out, 0); return Flow::kNormal;
-      case Stmt::Kind::kSet: exec_set(stmt); return Flow::kNormal;
+      case Stmt::Kind::kFor:
+        exec_for(stmt, eval(*stmt.expr), out, 0);
+        return Flow::kNormal;
+      case Stmt::Kind::kSet:
+        exec_set(stmt);
+        return Flow::kNormal;
       case Stmt::Kind::kSetBlock: {
         std::string text;
         exec_body(stmt.body, text);
         define(stmt.targets[0], std::move(text));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kMacro: define(stmt.name, make_macro(stmt, stmt.name)); return Flow::kNormal;
+      case Stmt::Kind::kMacro:
+        define(stmt.name, make_macro(stmt, stmt.name));
+        return Flow::kNormal;
       case Stmt::Kind::kCallBlock: {
         const int call_site = current_;
         const Value caller = make_function("caller", [this, &stmt, call_site](const CallArgs& args) {
@@ -161,9 +171,12 @@ class Evaluator {
         emit(out, to_str(result));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kBreak: return Flow::kBreak;
-      case Stmt::Kind::kContinue: return Flow::kContinue;
-      case Stmt::Kind::kScope: return exec_body(stmt.body, out);
+      case Stmt::Kind::kBreak:
+        return Flow::kBreak;
+      case Stmt::Kind::kContinue:
+        return Flow::kContinue;
+      case Stmt::Kind::kScope:
+        return exec_body(stmt.body, out);
     }
     return Flow::kNormal;
   }
@@ -209,12 +222,15 @@ class Evaluator {
       exec_body(stmt.else_body, out);
       return;
     }
-    const Value recurse = stmt.recursive ? Value(make_function("loop", [this, &stmt, depth](const CallArgs& args) {
-      std::string inner;
-      exec_for(stmt, args.positional.empty() ? Value() : args.positional[0], inner, depth + 1);
-      return Value(std::move(inner));
-    }))
-                                         : Value();
+    const Value recurse =
+        stmt.recursive ? Value(make_function("loop",
+                                             [this, &stmt, depth](const CallArgs& args) {
+                                               std::string inner;
+                                               exec_for(stmt, args.positional.empty() ? Value() : args.positional[0],
+                                                        inner, depth + 1);
+                                               return Value(std::move(inner));
+                                             }))
+                       : Value();
     const int64_t length = int64_t(items.size());
     // One loop object per loop, its values updated in place each iteration (in this order).
     auto position = std::make_shared<int64_t>(0);
@@ -337,9 +353,12 @@ class Evaluator {
   Value eval(const Expr& expr) {
     step(expr.line);
     switch (expr.kind) {
-      case Expr::Kind::kLiteral: return expr.literal;
-      case Expr::Kind::kName: return lookup(expr.name);
-      case Expr::Kind::kAttr: return get_attribute(eval(*expr.operands[0]), expr.name);
+      case Expr::Kind::kLiteral:
+        return expr.literal;
+      case Expr::Kind::kName:
+        return lookup(expr.name);
+      case Expr::Kind::kAttr:
+        return get_attribute(eval(*expr.operands[0]), expr.name);
       case Expr::Kind::kItem: {
         const Value object = eval(*expr.operands[0]);
         return get_item(object, eval(*expr.operands[1]));
@@ -352,7 +371,8 @@ class Evaluator {
         }
         return get_slice(object, bounds[0], bounds[1], bounds[2]);
       }
-      case Expr::Kind::kCall: return eval_call(expr);
+      case Expr::Kind::kCall:
+        return eval_call(expr);
       case Expr::Kind::kFilter: {
         const Value input = eval(*expr.operands[0]);
         const CallArgs args = eval_arguments(expr);
@@ -385,10 +405,12 @@ class Evaluator {
         Value left = eval(*expr.operands[0]);
         return truthy(left) ? left : eval(*expr.operands[1]);
       }
-      case Expr::Kind::kNot: return !truthy(eval(*expr.operands[0]));
+      case Expr::Kind::kNot:
+        return !truthy(eval(*expr.operands[0]));
       case Expr::Kind::kCondition:
         if (truthy(eval(*expr.operands[1]))) return eval(*expr.operands[0]);
-        return expr.operands[2] != nullptr ? eval(*expr.operands[2]) : Value(Undefined{"the condition was false and there is no else"});
+        return expr.operands[2] != nullptr ? eval(*expr.operands[2])
+                                           : Value(Undefined{"the condition was false and there is no else"});
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
         Array items;

@@ -68,8 +68,8 @@ struct Value {
   const Array& array() const { return *std::get<ArrayPtr>(data); }
   Object& object() const { return *std::get<ObjectPtr>(data); }
   const Function& function() const { return *std::get<FunctionPtr>(data); }
-  int64_t as_int() const;     // bool or int; fails otherwise
-  double as_double() const;   // bool, int or float; fails otherwise
+  int64_t as_int() const;    // bool or int; fails otherwise
+  double as_double() const;  // bool, int or float; fails otherwise
 };
 
 // A dict (insertion-ordered, as Python's) or a namespace(); keys are strings.
