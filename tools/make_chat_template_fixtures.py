@@ -224,6 +224,10 @@ CASES = {
         {"builtin_tools": ["browser", "python"], "model_identity": "You are Chronos-test, a model for fixtures."},
         False,
     ),
+    "preserve_thinking_gen": (REASONING_TURNS + [user("Et 1001 ?")], True, False, {"preserve_thinking": True}, False),
+    "error_system_not_first": (
+        [user("first"), {"role": "system", "content": SYSTEM}, user("second")], True, False, {}, True,
+    ),
     "error_non_alternating": ([user("first"), user("second")], True, False, {}, True),
     "error_tool_role": ([user("first"), {"role": "tool", "tool_call_id": "x", "content": "42"}], True, False, {}, True),
     "error_tool_without_call": (
@@ -257,6 +261,13 @@ SPECS = {
         "model": "Qwen/Qwen3-Coder-30B-A3B-Instruct",
         "special_tokens": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
         "cases": BASIC + TOOL_DICT,
+    },
+    "qwen3_6": {
+        "model": "Qwen/Qwen3.6-35B-A3B",
+        "special_tokens": {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        "cases": BASIC + TOOL_DICT + REASONING  # its tool calls need dict arguments (|items)
+        + ["thinking_off_gen", "thinking_on_gen", "think_in_content_gen", "content_parts_gen",
+           "preserve_thinking_gen", "error_system_not_first"],
     },
     "mixtral": {
         "model": "mistralai/Mixtral-8x7B-Instruct-v0.1",
