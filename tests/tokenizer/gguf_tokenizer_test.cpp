@@ -262,6 +262,24 @@ TEST(GgufTokenizer, TinyVocabularyWorks) {
   EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{2, 3}, true), "ab");
 }
 
+// A GGUF file's named tool_use template (llama.cpp's converter writes tokenizer.chat_template.NAME)
+// is chosen when tools are given, as transformers chooses it.
+TEST(GgufTokenizer, ToolUseTemplateIsRead) {
+  auto w = tiny();
+  tiny_vocab(w);
+  w.u32("tokenizer.ggml.eos_token_id", 3);
+  w.string("tokenizer.chat_template", "{{ eos_token }} plain");
+  w.string("tokenizer.chat_template.tool_use", "{{ tools|length }} tools");
+  const auto path = w.write(temp_path("tool_use.gguf"));
+  const auto tokenizer = load_gguf(path);
+  std::filesystem::remove(path);
+  ChatRequest request;
+  request.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(tokenizer.apply_chat_template(request), "<|end|> plain");
+  request.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}, {}])");
+  EXPECT_EQ(tokenizer.apply_chat_template(request), "2 tools");
+}
+
 std::string gguf_error(KvWriter& w, const std::string& name) {
   const auto path = w.write(temp_path(name));
   auto message = error_of([&] { load_gguf(path); });

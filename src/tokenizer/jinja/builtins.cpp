@@ -39,9 +39,9 @@ Value get_attribute(const Value& object, const std::string& name) {
   if (object.is_object()) {
     if (const Value* found = object.object().find(name)) return *found;
   }
-  if (has_method(object, name)) {
+  if (has_method(object, name)) {  // a method kept to be called later: the default size limit applies
     return make_function(name, [object, name](const CallArgs& args) {
-      return call_method(object, name, args, SizeLimit{size_t{64} << 20});
+      return call_method(object, name, args, SizeLimit{Limits{}.max_output_bytes});
     });
   }
   return Undefined{

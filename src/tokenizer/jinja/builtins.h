@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chronos/jinja.h"
 #include "tokenizer/jinja/value.h"
 
 namespace chronos::jinja::detail {
