@@ -148,6 +148,14 @@ TEST(JinjaErrors, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(render_error("{{ 9223372036854775807 + 1 }}"), "chat template line 1: integer overflow in +");
 }
 
+// A caller kept past its call block has no scope to run in: an error, not a read of a freed frame.
+TEST(JinjaErrors, CallerKeptPastItsBlockIsRefused) {
+  EXPECT_EQ(render_error("{% set ns = namespace() %}{% macro keep() %}{% set ns.c = caller %}{% endmacro %}"
+                         "{% for i in [1] %}{% for j in [2] %}{% call keep() %}x{% endcall %}{% endfor %}{% endfor %}"
+                         "{{ ns.c() }}"),
+            "chat template line 1: caller() called after its call block ended");
+}
+
 TEST(JinjaErrors, DeepNestingIsRefusedNotAStackOverflow) {
   const std::string parentheses = std::string(100000, '(') + "1" + std::string(100000, ')');
   EXPECT_NE(render_error("{{ " + parentheses + " }}").find("nests deeper than"), std::string::npos);

@@ -299,6 +299,7 @@ class Evaluator {
     if (++call_depth_ > options_.limits.max_call_depth) {
       fail(fmt::format("macro calls nest deeper than {} (runaway recursion?)", options_.limits.max_call_depth));
     }
+    if (parent >= int(frames_.size())) fail(fmt::format("{}() called after its call block ended", name));
     const Parameters& parameters = stmt.parameters;
     if (args.positional.size() > parameters.names.size()) {
       fail(fmt::format("macro '{}' takes not more than {} argument(s)", name, parameters.names.size()));
