@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace chronos {
@@ -47,11 +48,14 @@ int64_t dtype_block_bytes(DType dtype);
 int64_t dtype_row_bytes(DType dtype, int64_t n_elements);
 // "q4_k" or "Q4_K" -> kQ4_K; nullopt for anything that is not a block type.
 std::optional<DType> block_dtype_from_name(std::string_view name);
+// The block types in lower case, comma-separated, in chronos/block_types.h's order: every one, or
+// those Chronos quantizes to (the choices of pack --expert-type).
+std::string block_type_names(bool quantizable_only);
 
 // The type to store a row of row_length weights in when `wanted` is asked for, as GGUF writers do:
 // a K type (256-weight blocks) on a row that is not a multiple of 256 falls back to a 32-weight
-// type of at least as many bits: Q4_K and Q5_K -> Q5_0, Q2_K and Q3_K -> Q4_0, Q6_K -> Q8_0. A 32-block type
-// stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
+// type of at least as many bits (block_types.h's short_row_fallback: Q4_K and Q5_K -> Q5_0, Q2_K
+// and Q3_K -> Q4_0, Q6_K -> Q8_0). A 32-block type stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
 // of 32 (no block type fits it: keep such a tensor in F16/BF16).
 DType block_dtype_for_row(DType wanted, int64_t row_length);
 

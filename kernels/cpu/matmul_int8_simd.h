@@ -307,22 +307,10 @@ template <class Dot, DType D, int R, int T>
   }
 }
 
-template <DType D>
-constexpr int64_t block_bytes_of() {
-  return D == DType::kQ8_0   ? 34
-         : D == DType::kQ4_0 ? 18
-         : D == DType::kQ5_0 ? 22
-         : D == DType::kQ2_K ? 84
-         : D == DType::kQ3_K ? 110
-         : D == DType::kQ4_K ? 144
-         : D == DType::kQ5_K ? 176
-                             : 210;
-}
-
 // out[r * T + t] = rows[r] . acts[t] (activation blocks of one token each), R * T = 4.
 template <class Dot, DType D, int R, int T>
 inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* const* acts, int64_t n_blocks) {
-  constexpr int64_t kBlockBytes = block_bytes_of<D>();
+  constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
   using Act = std::conditional_t<block_elements_of(D) == 32, ActBlock32, ActBlock256>;
   __m128 acc = _mm_setzero_ps();
   int64_t b = 0;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "chronos/block_types.h"
 #include "chronos/dtype.h"
 
 namespace chronos::kernels {
@@ -43,35 +44,10 @@ inline void write_f16(uint8_t* p, float v) {
   std::memcpy(p, &h, sizeof(h));
 }
 
-// Weights per block (dtype_block_elements as a constant expression, for the kernels' templates).
-constexpr int block_elements_of(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
-                 dtype == DType::kQ6_K
-             ? 256
-             : 32;
-}
-
-// Elements sharing one (mul, sub): the sub-block of the K types, the whole block of the others.
-constexpr int group_elements(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ6_K ? 16 : 32;
-}
-
-// Calls f.template operator()<D>() with the block type `dtype` as a constant, so that the kernels
-// decode each type without a switch per block.
-template <class F>
-inline void with_block_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
-    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
-    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
-    case DType::kQ2_K: return f.template operator()<DType::kQ2_K>();
-    case DType::kQ3_K: return f.template operator()<DType::kQ3_K>();
-    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
-    default: return;  // callers check dtype_is_block first
-  }
-}
+// Weights per block and per (mul, sub) group (block_types.h) as constant expressions, for the
+// kernels' templates. with_block_type (block_types.h) turns a run-time type into such a constant.
+constexpr int block_elements_of(DType dtype) { return find_block_type(dtype)->block_elements; }
+constexpr int group_elements(DType dtype) { return find_block_type(dtype)->group_elements; }
 
 // Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes: j < 4 in the low six
 // bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4 plus the top two bits of bytes

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "chronos/block_types.h"
 #include "chronos/dtype.h"
 #include "kernels/cuda/device_math.h"
 
@@ -22,30 +23,38 @@
 
 namespace chronos::cuda::dm {
 
-CHRONOS_HD constexpr bool is_block_dtype(DType dtype) {
-  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kQ2_K ||
-         dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
+// The table's facts (chronos/block_types.h) for host and device code. The device cannot read the
+// host table, but constexpr scalars are usable there: the variable templates below, and the
+// run-time lookups folded over one such constant per row.
+template <DType D>
+inline constexpr bool kIsBlock = is_block_type(D) && find_block_type(D)->cuda_kernels;
+template <DType D>
+inline constexpr int kBlockElements = kBlockType<D>.block_elements;
+template <DType D>
+inline constexpr int kBlockBytes = kBlockType<D>.block_bytes;
+template <size_t I>
+inline constexpr DType kRowDtype = kBlockTypes[I].dtype;
+template <size_t I>
+inline constexpr bool kRowCuda = kBlockTypes[I].cuda_kernels;
+template <size_t I>
+inline constexpr int kRowElements = kBlockTypes[I].block_elements;
+
+template <size_t... I>
+CHRONOS_HD constexpr bool is_cuda_block_dtype(DType dtype, std::index_sequence<I...>) {
+  return ((dtype == kRowDtype<I> && kRowCuda<I>) || ...);
+}
+template <size_t... I>
+CHRONOS_HD constexpr int block_elements(DType dtype, std::index_sequence<I...>) {
+  return ((dtype == kRowDtype<I> ? kRowElements<I> : 0) + ...);
 }
 
-// dtype_block_elements and dtype_block_bytes of chronos/dtype.h as constant expressions.
-CHRONOS_HD constexpr int block_elements(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
-                 dtype == DType::kQ6_K
-             ? 256
-             : 32;
+// Whether CUDA kernels read this block type (F32/F16/BF16 are not block types).
+CHRONOS_HD constexpr bool is_block_dtype(DType dtype) {
+  return is_cuda_block_dtype(dtype, std::make_index_sequence<kNumBlockTypes>{});
 }
-CHRONOS_HD constexpr int block_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_0: return 18;
-    case DType::kQ5_0: return 22;
-    case DType::kQ2_K: return 84;
-    case DType::kQ3_K: return 110;
-    case DType::kQ4_K: return 144;
-    case DType::kQ5_K: return 176;
-    case DType::kQ6_K: return 210;
-    default: return 0;
-  }
+// Weights per block of a block type; 0 for another type.
+CHRONOS_HD constexpr int block_elements(DType dtype) {
+  return block_elements(dtype, std::make_index_sequence<kNumBlockTypes>{});
 }
 
 // Weights decoded per call: a lane's share of a warp's 256-weight step.
@@ -54,7 +63,7 @@ constexpr int kBlockPiece = 8;
 // Row `row` of a block matrix whose rows hold `cols` weights (a multiple of the block).
 template <DType D>
 CHRONOS_HD inline const uint8_t* block_row(const void* data, int64_t row, int64_t cols) {
-  return static_cast<const uint8_t*>(data) + row * (cols / block_elements(D)) * block_bytes(D);
+  return static_cast<const uint8_t*>(data) + row * (cols / kBlockElements<D>)*kBlockBytes<D>;
 }
 
 CHRONOS_HD inline float read_f16(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
@@ -92,7 +101,7 @@ CHRONOS_HD inline void q4_k_scale_min(const uint8_t* scales, int g, int& scale, 
 // element count. Byte offsets as in quant_layout.h.
 template <DType D>
 CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kBlockPiece]) {
-  static_assert(is_block_dtype(D), "block_weights8 decodes block types only");
+  static_assert(kIsBlock<D>, "block_weights8 decodes the block types with CUDA kernels only");
   float mul = 0.0f, sub = 0.0f;
   int q[kBlockPiece];
   if constexpr (D == DType::kQ8_0) {  // d @0, qs int8[32] @2
@@ -158,7 +167,7 @@ CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kB
 // Weights first .. first + 7 of a block row (first a multiple of 8).
 template <DType D>
 CHRONOS_HD inline void row_weights8(const uint8_t* row, int64_t first, float (&w)[kBlockPiece]) {
-  block_weights8<D>(row + (first / block_elements(D)) * block_bytes(D), int(first % block_elements(D)), w);
+  block_weights8<D>(row + (first / kBlockElements<D>)*kBlockBytes<D>, int(first % kBlockElements<D>), w);
 }
 
 }  // namespace chronos::cuda::dm
