@@ -41,6 +41,11 @@ inline constexpr BlockType kBlockTypes[] = {
     {DType::kQ4_K, "Q4_K", 12, 256, 144, 32, DType::kQ5_0, true, true, true},
     {DType::kQ6_K, "Q6_K", 14, 256, 210, 16, DType::kQ8_0, true, true, true},
     {DType::kQ5_K, "Q5_K", 13, 256, 176, 32, DType::kQ5_0, true, true, true},
+    {DType::kQ4_1, "Q4_1", 3, 32, 20, 32, DType::kQ4_1, true, true, true},
+    {DType::kQ5_1, "Q5_1", 7, 32, 24, 32, DType::kQ5_1, true, true, true},
+    {DType::kIQ4_NL, "IQ4_NL", 20, 32, 18, 32, DType::kIQ4_NL, true, true, true},
+    {DType::kIQ4_XS, "IQ4_XS", 23, 256, 136, 32, DType::kIQ4_NL, true, true, true},
+    {DType::kMXFP4, "MXFP4", 39, 32, 17, 32, DType::kMXFP4, true, true, true},
 };
 
 inline constexpr size_t kNumBlockTypes = std::size(kBlockTypes);

@@ -27,6 +27,11 @@ enum class DType : uint8_t {
   kQ4_K,  // 256 weights: f16 d, f16 dmin, 12 B of 6-bit scales and mins, 128 B of nibbles 144 B, 4.5
   kQ6_K,  // 256 weights: 128 B low nibbles, 64 B high 2 bits, 16 x int8 scale, f16 d      210 B, 6.5625
   kQ5_K,  // 256 weights: Q4_K's d, dmin and scales, 32 B of fifth bits, 128 B of nibbles  176 B, 5.5
+  kQ4_1,    // 32 weights: f16 d, f16 m, 16 B of nibbles (d q + m)                          20 B, 5.0
+  kQ5_1,    // 32 weights: f16 d, f16 m, 4 B of fifth bits, 16 B of nibbles (d q + m)      24 B, 6.0
+  kIQ4_NL,  // 32 weights: f16 d, 16 B of nibbles indexing a 16-value non-linear grid       18 B, 4.5
+  kIQ4_XS,  // 256 weights: f16 d, 8 x 6-bit sub-block scales, 128 B of IQ4_NL's nibbles   136 B, 4.25
+  kMXFP4,   // 32 weights: E8M0 scale byte, 16 B of E2M1 nibbles (OCP microscaling)          17 B, 4.25
 };
 
 // Bits per element of a whole-byte type; CHRONOS_CHECK-fails for a block type (use dtype_row_bytes).
