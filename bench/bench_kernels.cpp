@@ -48,7 +48,8 @@ Buffer make_buffer(int64_t bytes, uint8_t fill) {
 
 const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K};
+                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
+                             DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 int threads_arg(const benchmark::State& state, int index) {
   const int wanted = int(state.range(index));

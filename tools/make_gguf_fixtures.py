@@ -74,7 +74,8 @@ def write_reader_fixture(path: pathlib.Path) -> None:
 
 # (block elements, block bytes) of the types a pack can write; the float types per element.
 BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q2_K": (256, 84), "Q3_K": (256, 110),
-          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2)}
+          "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "Q4_1": (32, 20),
+          "Q5_1": (32, 24), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136), "MXFP4": (32, 17), "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2)}
 ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
          "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE}
 # The fixtures: (checkpoint, type). Kept to about 3 MB in all.

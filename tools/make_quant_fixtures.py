@@ -13,7 +13,9 @@ again gives the same bytes and that Chronos's dequantization gives gguf's floats
 Rows: random normal; zeros, one outlier among small values, constant and negative-only blocks; a
 real expert row of the demo model (models/default, BF16) when it is there, else a uniform one. The 32-block types get
 128-wide rows (the demo model's down_proj rows), the K types 256-wide ones. Also checks that gguf's
-own quantizer gives Chronos's bytes for Q8_0, Q4_0 and Q5_0 (their rounding is fully specified).
+own quantizer gives Chronos's bytes for Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and MXFP4 (their rounding is
+fully specified). Also random_<type>.bin for the newer 32/256-weight types: random valid blocks
+(every grid index, scale code and high bit used; MXFP4 every E8M0 byte) as gguf decodes them.
 """
 
 import argparse
@@ -30,9 +32,17 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
 ROOT = Path(__file__).resolve().parent.parent
-TYPES = ["q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k"]  # new types last: TYPES.index seeds the rows
+TYPES = ["q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k",
+         "q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"]  # new types last: TYPES.index seeds the rows
 BLOCK_BYTES = {"q8_0": (32, 34), "q4_0": (32, 18), "q5_0": (32, 22), "q2_k": (256, 84),
-               "q3_k": (256, 110), "q4_k": (256, 144), "q6_k": (256, 210), "q5_k": (256, 176)}
+               "q3_k": (256, 110), "q4_k": (256, 144), "q6_k": (256, 210), "q5_k": (256, 176),
+               "q4_1": (32, 20), "q5_1": (32, 24), "iq4_nl": (32, 18), "iq4_xs": (256, 136), "mxfp4": (32, 17)}
+# gguf's numpy quantizer must give Chronos's bytes for these (their rounding is fully specified).
+# gguf 0.19 has none for IQ4_NL and IQ4_XS (llama.cpp's C search, which Chronos follows).
+SAME_BYTES_AS_GGUF = ("q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "mxfp4")
+# Random valid blocks (every byte random but the scales, which are finite) decoded by gguf: each
+# grid index, scale code and fifth bit occurs, not only those Chronos's quantizer writes.
+RANDOM_BLOCK_TYPES = ("q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4")
 
 
 def read_safetensors_rows(path: Path, name: str, rows: list[int]) -> np.ndarray:
@@ -84,6 +94,23 @@ def chronos_quantize(binary: Path, type_name: str, x: np.ndarray) -> np.ndarray:
         return quantized.reshape(x.shape[0], x.shape[1] // block * block_bytes)
 
 
+def random_blocks(type_name: str) -> np.ndarray:
+    """[rows, row bytes] of random valid blocks: MXFP4 takes every E8M0 byte 0..255 once (256 blocks);
+    the others finite f16 scales (normal, sd 0.01; Q4_1/Q5_1's m too) and random bytes elsewhere."""
+    block, block_bytes = BLOCK_BYTES[type_name]
+    rng = np.random.default_rng(2000 + TYPES.index(type_name))
+    n_blocks = 256 if type_name == "mxfp4" else 32
+    q = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    if type_name == "mxfp4":
+        q[:, 0] = rng.permutation(256).astype(np.uint8)
+    else:
+        n_f16 = 2 if type_name in ("q4_1", "q5_1") else 1
+        scales = rng.normal(0.0, 0.01, (n_blocks, n_f16)).astype(np.float16)
+        q[:, :2 * n_f16] = scales.view(np.uint8).reshape(n_blocks, 2 * n_f16)
+    rows = 8
+    return q.reshape(rows, n_blocks // rows * block_bytes)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--test-binary", type=Path, default=ROOT / "build/release/tests/chronos_test_kernels")
@@ -100,7 +127,7 @@ def main() -> int:
         q = chronos_quantize(args.test_binary, type_name, x)
         expected = dequantize(q, qtype).astype(np.float32)
         assert expected.shape == x.shape, (expected.shape, x.shape)
-        if type_name in ("q8_0", "q4_0", "q5_0"):
+        if type_name in SAME_BYTES_AS_GGUF:
             theirs = quantize(x, qtype)
             if not np.array_equal(theirs, q):
                 raise SystemExit(f"{type_name}: gguf's quantizer gives other bytes than Chronos's")
@@ -110,6 +137,18 @@ def main() -> int:
                          expected.astype("<f4").tobytes())
         print(f"{path.relative_to(ROOT)}: {x.shape[0]} x {x.shape[1]}, {path.stat().st_size} bytes, "
               f"relative RMS error per row {np.array2string(error, precision=4)}")
+    for type_name in RANDOM_BLOCK_TYPES:
+        qtype = GGMLQuantizationType[type_name.upper()]
+        q = random_blocks(type_name)
+        block, block_bytes = BLOCK_BYTES[type_name]
+        with np.errstate(over="ignore", invalid="ignore"):  # MXFP4's largest scales times 12 overflow to inf
+            expected = dequantize(q, qtype).astype(np.float32)
+        assert expected.shape == (q.shape[0], q.shape[1] // block_bytes * block)
+        path = args.out / f"random_{type_name}.bin"
+        # The input field holds gguf's values too: these blocks are decoded, never quantized.
+        path.write_bytes(header(type_name, expected) + expected.astype("<f4").tobytes() + q.tobytes() +
+                         expected.astype("<f4").tobytes())
+        print(f"{path.relative_to(ROOT)}: {expected.shape[0]} x {expected.shape[1]}, {path.stat().st_size} bytes")
     return 0
 
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace chronos {
@@ -26,6 +27,11 @@ enum class DType : uint8_t {
   kQ4_K,  // 256 weights: f16 d, f16 dmin, 12 B of 6-bit scales and mins, 128 B of nibbles 144 B, 4.5
   kQ6_K,  // 256 weights: 128 B low nibbles, 64 B high 2 bits, 16 x int8 scale, f16 d      210 B, 6.5625
   kQ5_K,  // 256 weights: Q4_K's d, dmin and scales, 32 B of fifth bits, 128 B of nibbles  176 B, 5.5
+  kQ4_1,    // 32 weights: f16 d, f16 m, 16 B of nibbles (d q + m)                          20 B, 5.0
+  kQ5_1,    // 32 weights: f16 d, f16 m, 4 B of fifth bits, 16 B of nibbles (d q + m)      24 B, 6.0
+  kIQ4_NL,  // 32 weights: f16 d, 16 B of nibbles indexing a 16-value non-linear grid       18 B, 4.5
+  kIQ4_XS,  // 256 weights: f16 d, 8 x 6-bit sub-block scales, 128 B of IQ4_NL's nibbles   136 B, 4.25
+  kMXFP4,   // 32 weights: E8M0 scale byte, 16 B of E2M1 nibbles (OCP microscaling)          17 B, 4.25
 };
 
 // Bits per element of a whole-byte type; CHRONOS_CHECK-fails for a block type (use dtype_row_bytes).
@@ -47,11 +53,14 @@ int64_t dtype_block_bytes(DType dtype);
 int64_t dtype_row_bytes(DType dtype, int64_t n_elements);
 // "q4_k" or "Q4_K" -> kQ4_K; nullopt for anything that is not a block type.
 std::optional<DType> block_dtype_from_name(std::string_view name);
+// The block types in lower case, comma-separated, in chronos/block_types.h's order: every one, or
+// those Chronos quantizes to (the choices of pack --expert-type).
+std::string block_type_names(bool quantizable_only);
 
 // The type to store a row of row_length weights in when `wanted` is asked for, as GGUF writers do:
 // a K type (256-weight blocks) on a row that is not a multiple of 256 falls back to a 32-weight
-// type of at least as many bits: Q4_K and Q5_K -> Q5_0, Q2_K and Q3_K -> Q4_0, Q6_K -> Q8_0. A 32-block type
-// stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
+// type of at least as many bits (block_types.h's short_row_fallback: Q4_K and Q5_K -> Q5_0, Q2_K
+// and Q3_K -> Q4_0, Q6_K -> Q8_0). A 32-block type stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
 // of 32 (no block type fits it: keep such a tensor in F16/BF16).
 DType block_dtype_for_row(DType wanted, int64_t row_length);
 

@@ -84,8 +84,8 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
-// The ggml type id of a DType GGUF can hold (F32 0, F16 1, Q4_0 2, Q5_0 6, Q8_0 8, Q2_K 10,
-// Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14, BF16 30), and back; nullopt for the others.
+// The ggml type id of a DType GGUF can hold (F32 0, F16 1, BF16 30, and each block type's id in
+// chronos/block_types.h), and back; nullopt for the others.
 std::optional<uint32_t> ggml_type_of(DType dtype);
 std::optional<DType> dtype_of_ggml_type(uint32_t ggml_type);
 // GGUF's name of a ggml type id ("IQ2_XXS", "Q5_K", ...), or "type N" when unknown.

@@ -50,9 +50,16 @@ float dot_row_int8(DType dtype, const uint8_t* row, const uint8_t* xq, int64_t c
     decode_levels(dtype, w, q);
     if (!is_k_type(dtype)) {
       const auto* a = reinterpret_cast<const ActBlock32*>(xq) + b;
-      int32_t isum = 0;
-      for (int i = 0; i < 32; ++i) isum += int32_t(q[i]) * a->qs[i];
-      acc = std::fma(read_f16(w) * a->d, float(isum), acc);  // d is the first field of Q8_0, Q4_0, Q5_0
+      int32_t isum = 0, xsum = 0;
+      for (int i = 0; i < 32; ++i) {
+        isum += int32_t(q[i]) * a->qs[i];
+        xsum += a->qs[i];
+      }
+      // The block scale: f16 d first in every 32-weight type but MXFP4 (its E8M0 byte).
+      const float d = dtype == DType::kMXFP4 ? e8m0_half(w[mxfp4::e]) : read_f16(w);
+      acc = std::fma(d * a->d, float(isum), acc);
+      if (dtype == DType::kQ4_1 || dtype == DType::kQ5_1)  // + m times the activation sum
+        acc = std::fma(read_f16(w + q4_1::m) * a->d, float(xsum), acc);
       continue;
     }
     const auto* a = reinterpret_cast<const ActBlock256*>(xq) + b;
@@ -74,6 +81,7 @@ float dot_row_int8(DType dtype, const uint8_t* row, const uint8_t* xq, int64_t c
         case DType::kQ3_K: scale = q3_k_scale(w + q3_k::scales, g); break;
         case DType::kQ4_K:
         case DType::kQ5_K: q4_k_scale_min(w + q4_k::scales, g, &scale, &min); break;
+        case DType::kIQ4_XS: scale = iq4_xs_scale(w, g); break;
         default: scale = int8_t(w[q6_k::scales + g]); break;  // Q6_K
       }
       scaled += scale * dot;
@@ -90,6 +98,7 @@ float dot_row_int8(DType dtype, const uint8_t* row, const uint8_t* xq, int64_t c
         acc = std::fma(-(read_f16(w + q4_k::dmin) * a->d), float(mins), acc);
         break;
       case DType::kQ3_K: acc = std::fma(read_f16(w + q3_k::d) * a->d, float(scaled), acc); break;
+      case DType::kIQ4_XS: acc = std::fma(read_f16(w + iq4_xs::d) * a->d, float(scaled), acc); break;
       default: acc = std::fma(read_f16(w + q6_k::d) * a->d, float(scaled), acc); break;  // Q6_K
     }
   }

@@ -85,25 +85,50 @@ inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1));
 }
 
-// The 32 signed levels of a Q8_0 / Q4_0 / Q5_0 block in weight order.
+// The 32 nibbles of 16 bytes at p in weight order: low nibbles, then high ones.
+[[gnu::always_inline]] inline __m256i nibbles32(const uint8_t* p) {
+  const __m128i packed = load128(p), low = _mm_set1_epi8(0xF);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+}
+
+// Grid values of 32 nibbles (IQ4_NL, IQ4_XS, MXFP4): one byte shuffle per 16.
+template <DType D>
+[[gnu::always_inline]] inline __m256i grid_values(__m256i nibbles) {
+  return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(grid_of(D))), nibbles);
+}
+
+// Where a 32-weight type's nibbles start.
+template <DType D>
+constexpr int qs_at32() {
+  return D == DType::kQ4_0 ? q4_0::qs : D == DType::kQ5_0 ? q5_0::qs : D == DType::kQ4_1 ? q4_1::qs
+       : D == DType::kQ5_1 ? q5_1::qs : D == DType::kIQ4_NL ? iq4_nl::qs : mxfp4::qs;
+}
+
+// The 32 signed levels of a 32-weight block in weight order (Q4_1, Q5_1: unsigned, their m is
+// added separately).
 template <DType D>
 [[gnu::always_inline]] inline __m256i levels32(const uint8_t* b) {
   if constexpr (D == DType::kQ8_0) {
     return load256(b + q8_0::qs);
   } else {
-    const __m128i packed = load128(b + (D == DType::kQ4_0 ? q4_0::qs : q5_0::qs));
-    const __m128i low = _mm_set1_epi8(0xF);
-    const __m256i nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+    const __m256i nibbles = nibbles32(b + qs_at32<D>());
     if constexpr (D == DType::kQ4_0) {
       return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+    } else if constexpr (D == DType::kQ4_1) {
+      return nibbles;
+    } else if constexpr (D == DType::kIQ4_NL || D == DType::kMXFP4) {
+      return grid_values<D>(nibbles);
     } else {
+      static_assert(D == DType::kQ5_0 || D == DType::kQ5_1);
       uint32_t qh;
-      std::memcpy(&qh, b + q5_0::qh, 4);
+      std::memcpy(&qh, b + (D == DType::kQ5_0 ? q5_0::qh : q5_1::qh), 4);
       const __m256i fifth = _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10));
-      return _mm256_sub_epi8(_mm256_or_si256(nibbles, fifth), _mm256_set1_epi8(16));
+      const __m256i levels = _mm256_or_si256(nibbles, fifth);
+      return D == DType::kQ5_0 ? _mm256_sub_epi8(levels, _mm256_set1_epi8(16)) : levels;
     }
   }
 }
+
 
 // Word w of each 128-bit lane broadcast across that lane (shuffle_epi8 control).
 [[gnu::always_inline]] inline __m256i word_broadcast(int low_lane_word, int high_lane_word) {
@@ -128,21 +153,46 @@ template <int R, int T>
   }
 }
 
-// One 32-weight block: acc[lane] += (d_w * d_x) * float(isum[lane]).
+// Lane r * T + t = the block scale of row r (f16 d, or MXFP4's E8M0 half-power) times token t's dx.
+template <DType D, int R, int T>
+[[gnu::always_inline]] inline __m128 block_scales32(const uint8_t* const* blk, const float* dx) {
+  if constexpr (D != DType::kMXFP4) {
+    return lane_products<R, T>(blk, 0, dx);
+  } else if constexpr (R == 4) {
+    const __m128 dw = _mm_setr_ps(e8m0_half(blk[0][mxfp4::e]), e8m0_half(blk[1][mxfp4::e]),
+                                  e8m0_half(blk[2][mxfp4::e]), e8m0_half(blk[3][mxfp4::e]));
+    return _mm_mul_ps(dw, _mm_set1_ps(dx[0]));
+  } else {
+    return _mm_mul_ps(_mm_set1_ps(e8m0_half(blk[0][mxfp4::e])), _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]));
+  }
+}
+
+// One 32-weight block: acc[lane] += (d_w * d_x) * float(isum[lane]); Q4_1 and Q5_1 then
+// acc[lane] += (m_w * d_x) * float(sum of the activation levels), as the scalar reference.
 template <class Dot, DType D, int R, int T>
 [[gnu::always_inline]] inline __m128 step32(__m128 acc, const uint8_t* const* blk, const ActBlock32* const* a) {
-  __m256i dots[4];
+  constexpr bool kHasMin = D == DType::kQ4_1 || D == DType::kQ5_1;
+  __m256i dots[4], xsums[4];
   float dx[T];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r) {
     const __m256i w = levels32<D>(blk[r]);
 #pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) dots[r * T + t] = Dot::dot_s8(w, load256(a[t]->qs));
+    for (int t = 0; t < T; ++t) {
+      const __m256i x = load256(a[t]->qs);
+      dots[r * T + t] = Dot::dot_s8(w, x);
+      if constexpr (kHasMin) xsums[r * T + t] = Dot::dot_s8(_mm256_set1_epi8(1), x);
+    }
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) dx[t] = a[t]->d;
   const __m128i isum = hsum4(dots[0], dots[1], dots[2], dots[3]);
-  return _mm_fmadd_ps(lane_products<R, T>(blk, 0, dx), _mm_cvtepi32_ps(isum), acc);
+  acc = _mm_fmadd_ps(block_scales32<D, R, T>(blk, dx), _mm_cvtepi32_ps(isum), acc);
+  if constexpr (kHasMin) {
+    const __m128i xsum = hsum4(xsums[0], xsums[1], xsums[2], xsums[3]);
+    acc = _mm_fmadd_ps(lane_products<R, T>(blk, q4_1::m, dx), _mm_cvtepi32_ps(xsum), acc);
+  }
+  return acc;
 }
 
 // Q4_K's 12 scale bytes as 16: scales 0-7 then mins 0-7 (quant_layout.h, q4_k_scale_min), in
@@ -180,6 +230,8 @@ template <class Dot, DType D, int R, int T>
 // 16 (Q2_K: mins; Q3_K, Q6_K: the scales again, for the level offset) against sums of 16.
 // Q5_K's scales and mins are Q4_K's (the same bytes at the same offsets).
 constexpr bool has_q4_k_scales(DType d) { return d == DType::kQ4_K || d == DType::kQ5_K; }
+// IQ4_XS has one signed scale per sub-block of 32 as well (no mins), and signed grid levels.
+constexpr bool has_chunk_scales(DType d) { return has_q4_k_scales(d) || d == DType::kIQ4_XS; }
 
 template <DType D>
 struct KScales {
@@ -190,7 +242,16 @@ struct KScales {
 template <DType D>
 [[gnu::always_inline]] inline KScales<D> k_scales(const uint8_t* b) {
   KScales<D> s;
-  if constexpr (has_q4_k_scales(D)) {
+  if constexpr (D == DType::kIQ4_XS) {
+    const __m128i sc = _mm_setr_epi16(int16_t(iq4_xs_scale(b, 0)), int16_t(iq4_xs_scale(b, 1)),
+                                      int16_t(iq4_xs_scale(b, 2)), int16_t(iq4_xs_scale(b, 3)),
+                                      int16_t(iq4_xs_scale(b, 4)), int16_t(iq4_xs_scale(b, 5)),
+                                      int16_t(iq4_xs_scale(b, 6)), int16_t(iq4_xs_scale(b, 7)));
+    s.lo = _mm256_broadcastsi128_si256(sc);
+    s.hi = s.lo;
+    s.m_lo = _mm_setzero_si128();
+    s.m_hi = s.m_lo;
+  } else if constexpr (has_q4_k_scales(D)) {
     const __m128i packed = q4_k_scales_mins(b);
     s.lo = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(packed));
     s.hi = s.lo;
@@ -217,7 +278,7 @@ template <DType D>
 // Chunk k's scales, one int16 per 16-bit lane (the group of the lane's byte pair).
 template <DType D>
 [[gnu::always_inline]] inline __m256i chunk_scales(const KScales<D>& s, int k) {
-  if constexpr (has_q4_k_scales(D)) return _mm256_shuffle_epi8(s.lo, word_broadcast(k, k));
+  if constexpr (has_chunk_scales(D)) return _mm256_shuffle_epi8(s.lo, word_broadcast(k, k));
   const int pair = k % 4;  // groups 8 h + 2 pair and + 1, h = k / 4
   return _mm256_shuffle_epi8(k < 4 ? s.lo : s.hi, word_broadcast(2 * pair, 2 * pair + 1));
 }
@@ -226,7 +287,10 @@ template <DType D>
 template <DType D>
 [[gnu::always_inline]] inline __m256i chunk_levels(const uint8_t* b, int k) {
   const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(0xF);
-  if constexpr (D == DType::kQ4_K) {
+  if constexpr (D == DType::kIQ4_XS) {
+    // Sub-block k: IQ4_NL's 16 bytes at qs + 16 k, as signed grid values.
+    return grid_values<D>(nibbles32(b + iq4_xs::qs + 16 * k));
+  } else if constexpr (D == DType::kQ4_K) {
     // Weights 64 c + l and 64 c + 32 + l: low and high nibble of qs[32 c + l], c = k / 2.
     const __m256i v = load256(b + q4_k::qs + 32 * (k / 2));
     return k % 2 == 0 ? _mm256_and_si256(v, m15) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
@@ -286,11 +350,19 @@ template <class Dot, DType D, int R, int T>
     for (int k = 0; k < 8; ++k) {
       const __m256i u = chunk_levels<D>(blk[r], k), sc = chunk_scales<D>(s, k);
 #pragma GCC unroll 4
-      for (int t = 0; t < T; ++t)
-        scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], u, load256(a[t]->qs + 32 * k), sc);
+      for (int t = 0; t < T; ++t) {
+        const __m256i x = load256(a[t]->qs + 32 * k);
+        if constexpr (D == DType::kIQ4_XS)  // signed levels: the sign trick (|w| <= 127, no saturation)
+          scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], _mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u), sc);
+        else
+          scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], u, x, sc);
+      }
     }
   }
-  if constexpr (has_q4_k_scales(D) || D == DType::kQ2_K) {
+  if constexpr (D == DType::kIQ4_XS) {
+    const __m128i isum = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
+    return _mm_fmadd_ps(lane_products<R, T>(blk, iq4_xs::d, dx), _mm_cvtepi32_ps(isum), acc);
+  } else if constexpr (has_q4_k_scales(D) || D == DType::kQ2_K) {
     constexpr int d_at = has_q4_k_scales(D) ? q4_k::d : q2_k::d, dmin_at = has_q4_k_scales(D) ? q4_k::dmin : q2_k::dmin;
     const __m128i s = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
     const __m128i m = hsum4(mins[0], mins[1], mins[2], mins[3]);
@@ -307,22 +379,10 @@ template <class Dot, DType D, int R, int T>
   }
 }
 
-template <DType D>
-constexpr int64_t block_bytes_of() {
-  return D == DType::kQ8_0   ? 34
-         : D == DType::kQ4_0 ? 18
-         : D == DType::kQ5_0 ? 22
-         : D == DType::kQ2_K ? 84
-         : D == DType::kQ3_K ? 110
-         : D == DType::kQ4_K ? 144
-         : D == DType::kQ5_K ? 176
-                             : 210;
-}
-
 // out[r * T + t] = rows[r] . acts[t] (activation blocks of one token each), R * T = 4.
 template <class Dot, DType D, int R, int T>
 inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* const* acts, int64_t n_blocks) {
-  constexpr int64_t kBlockBytes = block_bytes_of<D>();
+  constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
   using Act = std::conditional_t<block_elements_of(D) == 32, ActBlock32, ActBlock256>;
   __m128 acc = _mm_setzero_ps();
   int64_t b = 0;

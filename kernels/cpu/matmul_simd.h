@@ -224,6 +224,19 @@ template <class V, DType D>
     const I high = V::iand(V::isrlv(V::iset1(int(qh)), V::iadd(V::lane_index(), V::iset1(i))), V::iset1(1));
     const I low = bits(V::load_u8(b + q5_0::qs + i % 16), i < 16 ? 0 : 4, 0xF);
     return V::isub(V::ior(low, V::isll(high, 4)), V::iset1(16));
+  } else if constexpr (D == DType::kQ4_1) {
+    return bits(V::load_u8(b + q4_1::qs + i % 16), i < 16 ? 0 : 4, 0xF);
+  } else if constexpr (D == DType::kQ5_1) {
+    uint32_t qh;
+    std::memcpy(&qh, b + q5_1::qh, 4);
+    const I high = V::iand(V::isrlv(V::iset1(int(qh)), V::iadd(V::lane_index(), V::iset1(i))), V::iset1(1));
+    return V::ior(bits(V::load_u8(b + q5_1::qs + i % 16), i < 16 ? 0 : 4, 0xF), V::isll(high, 4));
+  } else if constexpr (D == DType::kIQ4_NL || D == DType::kMXFP4 || D == DType::kIQ4_XS) {
+    // Sub-block i / 32: nibbles of qs[16 (i / 32) + i % 16], low for the first 16 weights; the grid
+    // value of each.
+    constexpr int qs_at = D == DType::kIQ4_NL ? iq4_nl::qs : D == DType::kMXFP4 ? mxfp4::qs : iq4_xs::qs;
+    const I nibble = bits(V::load_u8(b + qs_at + 16 * (i / 32) + i % 16), i % 32 < 16 ? 0 : 4, 0xF);
+    return V::lookup16(D == DType::kMXFP4 ? kMxfp4Grid32 : kIq4NlGrid32, nibble);
   } else if constexpr (D == DType::kQ2_K) {
     return bits(V::load_u8(b + q2_k::qs + (i / 128) * 32 + i % 32), 2 * ((i % 128) / 32), 3);
   } else if constexpr (D == DType::kQ3_K) {

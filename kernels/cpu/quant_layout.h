@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "chronos/block_types.h"
 #include "chronos/dtype.h"
 
 namespace chronos::kernels {
@@ -32,6 +33,44 @@ namespace q3_k { constexpr int hmask = 0, qs = 32, scales = 96, d = 108; }
 namespace q4_k { constexpr int d = 0, dmin = 2, scales = 4, qs = 16; }
 namespace q6_k { constexpr int ql = 0, qh = 128, scales = 192, d = 208; }
 namespace q5_k { constexpr int d = 0, dmin = 2, scales = 4, qh = 16, qs = 48; }  // Q4_K's first three fields
+namespace q4_1 { constexpr int d = 0, m = 2, qs = 4; }                // qs as Q4_0's
+namespace q5_1 { constexpr int d = 0, m = 2, qh = 4, qs = 8; }        // qh, qs as Q5_0's
+namespace iq4_nl { constexpr int d = 0, qs = 2; }                     // qs as Q4_0's, nibbles index kIq4NlGrid
+namespace iq4_xs { constexpr int d = 0, scales_h = 2, scales_l = 4, qs = 8; }  // qs: 8 x IQ4_NL's 16 bytes
+namespace mxfp4 { constexpr int e = 0, qs = 1; }                      // qs as Q4_0's, nibbles index kMxfp4Grid
+
+// IQ4_NL's and IQ4_XS's levels (ggml's kvalues_iq4nl), and MXFP4's E2M1 values doubled (0, 0.5,
+// 1, 1.5, 2, 3, 4, 6 and their negatives, times 2) so that they are integers; MXFP4's scale is then
+// half the E8M0 power of two (e8m0_half). As int32 too, for the SIMD table lookups.
+constexpr int8_t kIq4NlGrid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int8_t kMxfp4Grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+alignas(64) constexpr int32_t kIq4NlGrid32[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                  1,    13,   25,  38,  53,  69,  89,  113};
+alignas(64) constexpr int32_t kMxfp4Grid32[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128): half of E8M0's 2^(e - 127), exact in f32 for every e (0 and 1 give subnormals; 255,
+// E8M0's NaN, reads as 2^127 as ggml reads it).
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// IQ4_XS's signed scale of sub-block g (0..7): low nibble g % 2 of scales_l[g / 2], two high bits
+// at bit 2 g of the little-endian u16 scales_h; stored with offset 32.
+inline int iq4_xs_scale(const uint8_t* b, int g) {
+  const int low = (b[iq4_xs::scales_l + g / 2] >> (4 * (g % 2))) & 0xF;
+  const int high = ((b[iq4_xs::scales_h] | (b[iq4_xs::scales_h + 1] << 8)) >> (2 * g)) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// The grid of a non-linear 4-bit type (nullptr for the others).
+constexpr const int8_t* grid_of(DType dtype) {
+  return dtype == DType::kIQ4_NL || dtype == DType::kIQ4_XS ? kIq4NlGrid
+         : dtype == DType::kMXFP4                            ? kMxfp4Grid
+                                                             : nullptr;
+}
 
 inline float read_f16(const uint8_t* p) {
   uint16_t h;
@@ -43,35 +82,10 @@ inline void write_f16(uint8_t* p, float v) {
   std::memcpy(p, &h, sizeof(h));
 }
 
-// Weights per block (dtype_block_elements as a constant expression, for the kernels' templates).
-constexpr int block_elements_of(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
-                 dtype == DType::kQ6_K
-             ? 256
-             : 32;
-}
-
-// Elements sharing one (mul, sub): the sub-block of the K types, the whole block of the others.
-constexpr int group_elements(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ6_K ? 16 : 32;
-}
-
-// Calls f.template operator()<D>() with the block type `dtype` as a constant, so that the kernels
-// decode each type without a switch per block.
-template <class F>
-inline void with_block_type(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
-    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
-    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
-    case DType::kQ2_K: return f.template operator()<DType::kQ2_K>();
-    case DType::kQ3_K: return f.template operator()<DType::kQ3_K>();
-    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
-    default: return;  // callers check dtype_is_block first
-  }
-}
+// Weights per block and per (mul, sub) group (block_types.h) as constant expressions, for the
+// kernels' templates. with_block_type (block_types.h) turns a run-time type into such a constant.
+constexpr int block_elements_of(DType dtype) { return find_block_type(dtype)->block_elements; }
+constexpr int group_elements(DType dtype) { return find_block_type(dtype)->group_elements; }
 
 // Q4_K's 6-bit scale and min of sub-block j (0..7) from its 12 packed bytes: j < 4 in the low six
 // bits of bytes j and j + 4; j >= 4 in the nibbles of byte j + 4 plus the top two bits of bytes
@@ -99,10 +113,28 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
   switch (dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
-    case DType::kQ5_0:  // d is the first field of all three
+    case DType::kQ5_0:
+    case DType::kIQ4_NL:  // d is the first field of all four
       mul[0] = read_f16(b);
       sub[0] = 0.0f;
       return;
+    case DType::kQ4_1:
+    case DType::kQ5_1:  // d q + m, as d q - (-m): the same f32 sum
+      mul[0] = read_f16(b + q4_1::d);
+      sub[0] = -read_f16(b + q4_1::m);
+      return;
+    case DType::kMXFP4:
+      mul[0] = e8m0_half(b[mxfp4::e]);
+      sub[0] = 0.0f;
+      return;
+    case DType::kIQ4_XS: {
+      const float d = read_f16(b + iq4_xs::d);
+      for (int g = 0; g < 8; ++g) {
+        mul[g] = d * float(iq4_xs_scale(b, g));
+        sub[g] = 0.0f;
+      }
+      return;
+    }
     case DType::kQ2_K: {
       const float d = read_f16(b + q2_k::d), dmin = read_f16(b + q2_k::dmin);
       for (int g = 0; g < 16; ++g) {
@@ -156,13 +188,36 @@ inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
         q[j + 16] = int8_t((b[q4_0::qs + j] >> 4) - 8);
       }
       return;
-    case DType::kQ5_0: {
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const int qh_at = dtype == DType::kQ5_0 ? q5_0::qh : q5_1::qh, qs_at = dtype == DType::kQ5_0 ? q5_0::qs : q5_1::qs;
+      const int offset = dtype == DType::kQ5_0 ? 16 : 0;
       uint32_t qh;
-      std::memcpy(&qh, b + q5_0::qh, 4);  // little-endian, as x86
+      std::memcpy(&qh, b + qh_at, 4);  // little-endian, as x86
       for (int j = 0; j < 16; ++j) {
-        q[j] = int8_t(((b[q5_0::qs + j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
-        q[j + 16] = int8_t(((b[q5_0::qs + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+        q[j] = int8_t(((b[qs_at + j] & 0xF) | (((qh >> j) & 1) << 4)) - offset);
+        q[j + 16] = int8_t(((b[qs_at + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - offset);
       }
+      return;
+    }
+    case DType::kQ4_1:
+      for (int j = 0; j < 16; ++j) {
+        q[j] = int8_t(b[q4_1::qs + j] & 0xF);
+        q[j + 16] = int8_t(b[q4_1::qs + j] >> 4);
+      }
+      return;
+    case DType::kIQ4_NL:
+    case DType::kMXFP4:
+    case DType::kIQ4_XS: {
+      // Sub-block g of 32 (one for the 32-weight types): weight 32 g + j is the grid value of the
+      // low nibble of qs[16 g + j], weight 32 g + 16 + j of its high nibble.
+      const int8_t* grid = grid_of(dtype);
+      const int qs_at = dtype == DType::kIQ4_NL ? iq4_nl::qs : dtype == DType::kMXFP4 ? mxfp4::qs : iq4_xs::qs;
+      for (int g = 0; g < block_elements_of(dtype) / 32; ++g)
+        for (int j = 0; j < 16; ++j) {
+          q[32 * g + j] = grid[b[qs_at + 16 * g + j] & 0xF];
+          q[32 * g + 16 + j] = grid[b[qs_at + 16 * g + j] >> 4];
+        }
       return;
     }
     case DType::kQ2_K:

@@ -204,6 +204,148 @@ void quantize_q5_0(const float* x, uint8_t* b) {
   std::memcpy(b + q5_0::qh, &qh, 4);
 }
 
+// Q4_1 and Q5_1: d = (max - min) / n_max, m = min, levels truncated from (x - min) / d + 0.5 with
+// d and min unrounded (gguf's numpy quantizer and ggml's reference, operation for operation).
+// Returns the levels in L[32]; d and m written.
+void quantize_min_max32(const float* x, uint8_t* b, int n_max, uint8_t* L) {
+  float min = x[0], max = x[0];
+  for (int i = 1; i < 32; ++i) {
+    min = std::min(min, x[i]);
+    max = std::max(max, x[i]);
+  }
+  const float d = (max - min) / float(n_max), id = d != 0.0f ? 1.0f / d : 0.0f;
+  write_f16(b + q4_1::d, d);
+  write_f16(b + q4_1::m, min);
+  for (int i = 0; i < 32; ++i) L[i] = uint8_t(std::min(n_max, int((x[i] - min) * id + 0.5f)));
+}
+
+void quantize_q4_1(const float* x, uint8_t* b) {
+  uint8_t L[32];
+  quantize_min_max32(x, b, 15, L);
+  for (int j = 0; j < 16; ++j) b[q4_1::qs + j] = uint8_t(L[j] | (L[j + 16] << 4));
+}
+
+void quantize_q5_1(const float* x, uint8_t* b) {
+  uint8_t L[32];
+  quantize_min_max32(x, b, 31, L);
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    b[q5_1::qs + j] = uint8_t((L[j] & 0xF) | ((L[j + 16] & 0xF) << 4));
+    qh |= uint32_t(L[j] >> 4) << j;
+    qh |= uint32_t(L[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(b + q5_1::qh, &qh, 4);
+}
+
+// The grid index nearest to v (grid ascending; the lower one on a tie), by bisection.
+int nearest_grid_index(const int8_t* grid, float v) {
+  if (v <= float(grid[0])) return 0;
+  if (v >= float(grid[15])) return 15;
+  int low = 0, high = 15;
+  while (high - low > 1) {
+    const int mid = (low + high) / 2;
+    if (v < float(grid[mid])) high = mid;
+    else low = mid;
+  }
+  return v - float(grid[high - 1]) < float(grid[high]) - v ? high - 1 : high;
+}
+
+// IQ4_NL's search for one sub-block of 32 (llama.cpp's, without an importance matrix: weights
+// x^2): the scale putting the largest magnitude on the grid's end, refitted by weighted least
+// squares, then 15 trial scales around it (-max / (127 -+ 7)), each refitted, keeping the one of
+// largest sum(w q x)^2 / sum(w q q). Returns the scale (0 for an all-zero sub-block).
+float fit_iq4_scale(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  if (amax < kGroupMaxEps) return 0.0f;
+  auto sums = [&](float id, float* sum_qx, float* sum_q2) {
+    *sum_qx = 0.0f;
+    *sum_q2 = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float q = float(kIq4NlGrid[nearest_grid_index(kIq4NlGrid, id * x[j])]), w = x[j] * x[j];
+      *sum_qx += w * q * x[j];
+      *sum_q2 += w * q * q;
+    }
+  };
+  float sum_qx, sum_q2;
+  sums(1.0f / (-max / float(kIq4NlGrid[0])), &sum_qx, &sum_q2);
+  float d = sum_q2 > 0.0f ? sum_qx / sum_q2 : 0.0f;
+  float best = d * sum_qx;
+  for (int step = -7; step <= 7; ++step) {
+    sums(float(step + kIq4NlGrid[0]) / max, &sum_qx, &sum_q2);
+    if (sum_q2 > 0.0f && sum_qx * sum_qx > best * sum_q2) {
+      d = sum_qx / sum_q2;
+      best = d * sum_qx;
+    }
+  }
+  return d;
+}
+
+// 16 bytes of grid indices: weight j in the low nibble of byte j, weight j + 16 in the high one.
+void pack_grid_indices(const float* x, float id, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j)
+    qs[j] = uint8_t(nearest_grid_index(kIq4NlGrid, id * x[j]) | (nearest_grid_index(kIq4NlGrid, id * x[j + 16]) << 4));
+}
+
+void quantize_iq4_nl(const float* x, uint8_t* b) {
+  const float d = fit_iq4_scale(x);
+  write_f16(b + iq4_nl::d, d);
+  pack_grid_indices(x, d != 0.0f ? 1.0f / d : 0.0f, b + iq4_nl::qs);
+}
+
+// IQ4_XS: IQ4_NL's scale per sub-block, then 6-bit signed scales relative to f16 d = -max / 32 (the
+// largest magnitude on -32), and the indices for each rounded scale.
+void quantize_iq4_xs(const float* x, uint8_t* b) {
+  float scales[8], max_scale = 0.0f, amax_scale = 0.0f;
+  for (int g = 0; g < 8; ++g) {
+    scales[g] = fit_iq4_scale(x + 32 * g);
+    if (std::fabs(scales[g]) > amax_scale) {
+      amax_scale = std::fabs(scales[g]);
+      max_scale = scales[g];
+    }
+  }
+  const float d = -max_scale / 32.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  write_f16(b + iq4_xs::d, d);
+  uint16_t scales_h = 0;
+  std::memset(b + iq4_xs::scales_l, 0, 4);
+  for (int g = 0; g < 8; ++g) {
+    const int l = std::clamp(nearest_int(id * scales[g]), -32, 31);
+    const float dl = d * float(l);
+    pack_grid_indices(x + 32 * g, dl != 0.0f ? 1.0f / dl : 0.0f, b + iq4_xs::qs + 16 * g);
+    b[iq4_xs::scales_l + g / 2] |= uint8_t(((l + 32) & 0xF) << (4 * (g % 2)));
+    scales_h = uint16_t(scales_h | (((l + 32) >> 4) << (2 * g)));
+  }
+  std::memcpy(b + iq4_xs::scales_h, &scales_h, 2);
+}
+
+// MXFP4 as gguf's numpy quantizer: the E8M0 exponent floor(log2(amax)) - 2 + 127 puts amax within
+// the top E2M1 value (6, doubled 12) times the scale, then each weight takes the grid value of least
+// |d q - x| (the first on a tie). An exponent below 0 (amax < 2^-125) is clamped to 0.
+void quantize_mxfp4(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const int e = amax > 0.0f ? std::max(0, int(std::floor(std::log2(amax))) - 2 + 127) : 0;
+  b[mxfp4::e] = uint8_t(e);
+  const float d = e8m0_half(uint8_t(e));
+  uint8_t L[32];
+  for (int i = 0; i < 32; ++i) {
+    float best_error = std::fabs(d * float(kMxfp4Grid[0]) - x[i]);
+    L[i] = 0;
+    for (int k = 1; k < 16; ++k) {
+      const float error = std::fabs(d * float(kMxfp4Grid[k]) - x[i]);
+      if (error < best_error) {
+        best_error = error;
+        L[i] = uint8_t(k);
+      }
+    }
+  }
+  for (int j = 0; j < 16; ++j) b[mxfp4::qs + j] = uint8_t(L[j] | (L[j + 16] << 4));
+}
+
 // K types, second pass: each weight's level for the sub-block's stored (f16, 4/6-bit) scale and min.
 void requantize_group(const float* x, int n, float d, float dm, int nmax, uint8_t* L) {
   for (int i = 0; i < n; ++i) L[i] = uint8_t(std::clamp(nearest_int((x[i] + dm) / d), 0, nmax));
@@ -411,6 +553,11 @@ void quantize_row_scalar(void* out, const float* x, DType dtype, int64_t n) {
       case DType::kQ4_K: quantize_q4_k(xb, b); break;
       case DType::kQ5_K: quantize_q5_k(xb, b); break;
       case DType::kQ6_K: quantize_q6_k(xb, b); break;
+      case DType::kQ4_1: quantize_q4_1(xb, b); break;
+      case DType::kQ5_1: quantize_q5_1(xb, b); break;
+      case DType::kIQ4_NL: quantize_iq4_nl(xb, b); break;
+      case DType::kIQ4_XS: quantize_iq4_xs(xb, b); break;
+      case DType::kMXFP4: quantize_mxfp4(xb, b); break;
       default: CHRONOS_CHECK_MSG(false, "quantize_row: no quantizer for {}", dtype_name(dtype));
     }
   }

@@ -60,6 +60,13 @@ struct Avx2 {
   static IVec isll(IVec a, int n) { return _mm256_sll_epi32(a, _mm_cvtsi32_si128(n)); }
   static IVec isrlv(IVec a, IVec n) { return _mm256_srlv_epi32(a, n); }
   static Vec to_float(IVec a) { return _mm256_cvtepi32_ps(a); }
+  // Lane i = table[idx[i]], idx in [0, 16): two 8-entry permutes, chosen by idx > 7.
+  static IVec lookup16(const int32_t* table, IVec idx) {
+    const __m256i low = _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(table)), idx);
+    const __m256i high =
+        _mm256_permutevar8x32_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(table + 8)), idx);
+    return _mm256_blendv_epi8(low, high, _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(7)));
+  }
   // 8 int8 levels as f32, exactly.
   static Vec load_i8(const int8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));

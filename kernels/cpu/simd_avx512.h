@@ -64,6 +64,8 @@ struct Avx512 {
   static IVec isll(IVec a, int n) { return _mm512_sll_epi32(a, _mm_cvtsi32_si128(n)); }
   static IVec isrlv(IVec a, IVec n) { return _mm512_srlv_epi32(a, n); }
   static Vec to_float(IVec a) { return _mm512_cvtepi32_ps(a); }
+  // Lane i = table[idx[i]], idx in [0, 16): one 16-entry permute.
+  static IVec lookup16(const int32_t* table, IVec idx) { return _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(table)); }
   // 16 int8 levels as f32, exactly.
   static Vec load_i8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));

@@ -7,12 +7,13 @@
 // Why eight: a warp then covers 256 weights per step, one K super-block or eight 32-weight
 // blocks, and eight aligned weights never straddle a scale group (16 or 32 weights), so each lane
 // forms its group's factors once and reads contiguous bytes that the warp's neighbours continue.
-// Bytes are read one at a time: block strides (18, 22, 34, 84, 110, 144, 176, 210 bytes) leave no alignment
+// Bytes are read one at a time: block strides (17, 18, 20, 22, 24, 34, 84, 110, 136, 144, 176, 210 bytes) leave no alignment
 // to rely on, and rows may start anywhere an expert cache slot puts them.
 #pragma once
 
 #include <cstdint>
 
+#include "chronos/block_types.h"
 #include "chronos/dtype.h"
 #include "kernels/cuda/device_math.h"
 
@@ -22,30 +23,38 @@
 
 namespace chronos::cuda::dm {
 
-CHRONOS_HD constexpr bool is_block_dtype(DType dtype) {
-  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ5_0 || dtype == DType::kQ2_K ||
-         dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
+// The table's facts (chronos/block_types.h) for host and device code. The device cannot read the
+// host table, but constexpr scalars are usable there: the variable templates below, and the
+// run-time lookups folded over one such constant per row.
+template <DType D>
+inline constexpr bool kIsBlock = is_block_type(D) && find_block_type(D)->cuda_kernels;
+template <DType D>
+inline constexpr int kBlockElements = kBlockType<D>.block_elements;
+template <DType D>
+inline constexpr int kBlockBytes = kBlockType<D>.block_bytes;
+template <size_t I>
+inline constexpr DType kRowDtype = kBlockTypes[I].dtype;
+template <size_t I>
+inline constexpr bool kRowCuda = kBlockTypes[I].cuda_kernels;
+template <size_t I>
+inline constexpr int kRowElements = kBlockTypes[I].block_elements;
+
+template <size_t... I>
+CHRONOS_HD constexpr bool is_cuda_block_dtype(DType dtype, std::index_sequence<I...>) {
+  return ((dtype == kRowDtype<I> && kRowCuda<I>) || ...);
+}
+template <size_t... I>
+CHRONOS_HD constexpr int block_elements(DType dtype, std::index_sequence<I...>) {
+  return ((dtype == kRowDtype<I> ? kRowElements<I> : 0) + ...);
 }
 
-// dtype_block_elements and dtype_block_bytes of chronos/dtype.h as constant expressions.
-CHRONOS_HD constexpr int block_elements(DType dtype) {
-  return dtype == DType::kQ2_K || dtype == DType::kQ3_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K ||
-                 dtype == DType::kQ6_K
-             ? 256
-             : 32;
+// Whether CUDA kernels read this block type (F32/F16/BF16 are not block types).
+CHRONOS_HD constexpr bool is_block_dtype(DType dtype) {
+  return is_cuda_block_dtype(dtype, std::make_index_sequence<kNumBlockTypes>{});
 }
-CHRONOS_HD constexpr int block_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_0: return 18;
-    case DType::kQ5_0: return 22;
-    case DType::kQ2_K: return 84;
-    case DType::kQ3_K: return 110;
-    case DType::kQ4_K: return 144;
-    case DType::kQ5_K: return 176;
-    case DType::kQ6_K: return 210;
-    default: return 0;
-  }
+// Weights per block of a block type; 0 for another type.
+CHRONOS_HD constexpr int block_elements(DType dtype) {
+  return block_elements(dtype, std::make_index_sequence<kNumBlockTypes>{});
 }
 
 // Weights decoded per call: a lane's share of a warp's 256-weight step.
@@ -54,7 +63,7 @@ constexpr int kBlockPiece = 8;
 // Row `row` of a block matrix whose rows hold `cols` weights (a multiple of the block).
 template <DType D>
 CHRONOS_HD inline const uint8_t* block_row(const void* data, int64_t row, int64_t cols) {
-  return static_cast<const uint8_t*>(data) + row * (cols / block_elements(D)) * block_bytes(D);
+  return static_cast<const uint8_t*>(data) + row * (cols / kBlockElements<D>)*kBlockBytes<D>;
 }
 
 CHRONOS_HD inline float read_f16(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | (p[1] << 8))); }
@@ -88,11 +97,33 @@ CHRONOS_HD inline void q4_k_scale_min(const uint8_t* scales, int g, int& scale, 
   }
 }
 
+// IQ4_NL's grid value i (IQ4_XS's too), and MXFP4's doubled E2M1 value i (quant_layout.h's tables).
+CHRONOS_HD inline int iq4_nl_value(int i) {
+  const int8_t grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return grid[i];
+}
+CHRONOS_HD inline int mxfp4_value(int i) {
+  const int8_t grid[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  return grid[i];
+}
+
+// 2^(e - 128), MXFP4's scale for the doubled values (quant_layout.h, e8m0_half).
+CHRONOS_HD inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float v;
+  __builtin_memcpy(&v, &bits, 4);
+  return v;
+#endif
+}
+
 // w[j] = weight first + j of the block at b, j < 8; first is a multiple of 8 below the block's
 // element count. Byte offsets as in quant_layout.h.
 template <DType D>
 CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kBlockPiece]) {
-  static_assert(is_block_dtype(D), "block_weights8 decodes block types only");
+  static_assert(kIsBlock<D>, "block_weights8 decodes the block types with CUDA kernels only");
   float mul = 0.0f, sub = 0.0f;
   int q[kBlockPiece];
   if constexpr (D == DType::kQ8_0) {  // d @0, qs int8[32] @2
@@ -110,6 +141,34 @@ CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kB
     const int shift = first >= 16 ? 4 : 0;
     for (int j = 0; j < kBlockPiece; ++j)
       q[j] = (((qs[j] >> shift) & 0xF) | (int((qh >> (first + j)) & 1u) << 4)) - 16;
+  } else if constexpr (D == DType::kQ4_1 || D == DType::kQ5_1) {
+    // d @0, m @2, (Q5_1: qh u32 @4), qs[16] @4 or @8: d q + m, computed as d q - (-m) (the same sum).
+    mul = read_f16(b);
+    sub = -read_f16(b + 2);
+    const int qs_at = D == DType::kQ4_1 ? 4 : 8, shift = first >= 16 ? 4 : 0;
+    const uint8_t* qs = b + qs_at + (first & 15);
+    for (int j = 0; j < kBlockPiece; ++j) q[j] = (qs[j] >> shift) & 0xF;
+    if constexpr (D == DType::kQ5_1) {
+      const uint32_t qh = uint32_t(b[4]) | (uint32_t(b[5]) << 8) | (uint32_t(b[6]) << 16) | (uint32_t(b[7]) << 24);
+      for (int j = 0; j < kBlockPiece; ++j) q[j] |= int((qh >> (first + j)) & 1u) << 4;
+    }
+  } else if constexpr (D == DType::kIQ4_NL || D == DType::kMXFP4) {
+    // IQ4_NL: d @0, qs[16] @2; MXFP4: E8M0 e @0, qs[16] @1. Nibbles as Q4_0's, each a grid index.
+    const int shift = first >= 16 ? 4 : 0;
+    if constexpr (D == DType::kIQ4_NL) {
+      mul = read_f16(b);
+      for (int j = 0; j < kBlockPiece; ++j) q[j] = iq4_nl_value((b[2 + (first & 15) + j] >> shift) & 0xF);
+    } else {
+      mul = e8m0_half(b[0]);
+      for (int j = 0; j < kBlockPiece; ++j) q[j] = mxfp4_value((b[1 + (first & 15) + j] >> shift) & 0xF);
+    }
+  } else if constexpr (D == DType::kIQ4_XS) {
+    // d @0, scales_h u16 @2, scales_l[4] @4, qs[128] @8: sub-block g = first / 32 is IQ4_NL's 16
+    // bytes at qs + 16 g, scaled by d times its signed 6-bit scale.
+    const int g = first / 32, within = first % 32, shift = within >= 16 ? 4 : 0;
+    const int low = (b[4 + g / 2] >> (4 * (g % 2))) & 0xF, high = ((b[2] | (b[3] << 8)) >> (2 * g)) & 3;
+    mul = read_f16(b) * float((low | (high << 4)) - 32);
+    for (int j = 0; j < kBlockPiece; ++j) q[j] = iq4_nl_value((b[8 + 16 * g + (within & 15) + j] >> shift) & 0xF);
   } else if constexpr (D == DType::kQ2_K || D == DType::kQ3_K) {
     // Weight 128 h + 32 s + l: bits 2s..2s+1 of qs[32 h + l]; groups of 16.
     const int h = first / 128, s = (first % 128) / 32, l0 = first % 32, g = first / 16;
@@ -158,7 +217,7 @@ CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kB
 // Weights first .. first + 7 of a block row (first a multiple of 8).
 template <DType D>
 CHRONOS_HD inline void row_weights8(const uint8_t* row, int64_t first, float (&w)[kBlockPiece]) {
-  block_weights8<D>(row + (first / block_elements(D)) * block_bytes(D), int(first % block_elements(D)), w);
+  block_weights8<D>(row + (first / kBlockElements<D>)*kBlockBytes<D>, int(first % kBlockElements<D>), w);
 }
 
 }  // namespace chronos::cuda::dm

@@ -65,15 +65,10 @@ void with_weight_dtype(DType dtype, const char* op, F&& f) {
     case DType::kF32: return f(std::integral_constant<DType, DType::kF32>{});
     case DType::kF16: return f(std::integral_constant<DType, DType::kF16>{});
     case DType::kBF16: return f(std::integral_constant<DType, DType::kBF16>{});
-    case DType::kQ8_0: return f(std::integral_constant<DType, DType::kQ8_0>{});
-    case DType::kQ4_0: return f(std::integral_constant<DType, DType::kQ4_0>{});
-    case DType::kQ5_0: return f(std::integral_constant<DType, DType::kQ5_0>{});
-    case DType::kQ2_K: return f(std::integral_constant<DType, DType::kQ2_K>{});
-    case DType::kQ3_K: return f(std::integral_constant<DType, DType::kQ3_K>{});
-    case DType::kQ4_K: return f(std::integral_constant<DType, DType::kQ4_K>{});
-    case DType::kQ5_K: return f(std::integral_constant<DType, DType::kQ5_K>{});
-    case DType::kQ6_K: return f(std::integral_constant<DType, DType::kQ6_K>{});
-    default: return;  // rejected by require_weight_dtype
+    default:  // a block type (require_weight_dtype refused the others): one instantiation per table row
+      return with_block_type(dtype, [&]<DType D>() {
+        if constexpr (dm::kIsBlock<D>) f(std::integral_constant<DType, D>{});
+      });
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <optional>
 
+#include "chronos/block_types.h"
 #include "chronos/error.h"
 #include "chronos/model.h"
 #include "chronos/pack.h"
@@ -31,9 +32,12 @@ std::optional<DType> parse_weight_type(const std::string& text, const char* flag
   std::string upper = text;
   for (char& ch : upper) ch = char(std::toupper(static_cast<unsigned char>(ch)));
   if (upper == "F32" || upper == "F16" || upper == "BF16") return dtype_from_name(upper);
-  if (const auto block = block_dtype_from_name(text)) return block;
-  throw UsageError(fmt::format("{} must be f32, f16, bf16, q8_0, q6_k, q5_0, q4_k, q4_0, q3_k or q2_k (got '{}')",
-                               flag, text));
+  if (const auto block = block_dtype_from_name(text); block && find_block_type(*block)->quantizer) return block;
+  if (const auto block = block_dtype_from_name(text))
+    throw UsageError(fmt::format("{}: Chronos reads {} but does not quantize to it (it quantizes to f32, f16, bf16, {})",
+                                 flag, dtype_name(*block), block_type_names(true)));
+  throw UsageError(fmt::format("{} must be f32, f16, bf16 or a block type: {} (got '{}')", flag,
+                               block_type_names(true), text));
 }
 
 int run_pack(const PackArgs& args) {
@@ -79,14 +83,14 @@ Command register_pack(CLI::App& app) {
   sub->add_option("--max-cluster-mib", args->max_cluster_mib, "Largest cluster file, MiB")->capture_default_str();
   sub->add_option("-s,--seed", args->seed, "Community-detection seed")->capture_default_str();
   sub->add_option("--expert-type", args->expert_type,
-                  "Type of the routed experts: bf16, f16, f32, q8_0, q6_k, q5_0, q4_k, q4_0, q3_k, q2_k "
-                  "(default: the checkpoint's)");
+                  "Type of the routed experts: bf16, f16, f32, " + block_type_names(true) +
+                      " (default: the checkpoint's)");
   sub->add_option("--dense-type", args->dense_type,
                   "Type of the dense matrices (attention, shared expert, embeddings, LM head); norms and router "
                   "keep theirs (default: the checkpoint's)");
   sub->add_option("--lowbit-type", args->lowbit_type,
-                  "Also write a low-bit copy of every routed expert in this type (q2_k, q3_k, q4_k, ...) for "
-                  "--on-miss lowbit");
+                  "Also write a low-bit copy of every routed expert in this type (" + block_type_names(true) +
+                      ") for --on-miss lowbit");
   sub->add_option("-t,--threads", args->threads, "Quantization threads (0: every hardware thread)")
       ->capture_default_str();
   return Command{sub, [args] { return run_pack(*args); }};

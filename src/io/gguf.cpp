@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "chronos/block_types.h"
 #include "chronos/error.h"
 #include "io/mapped_file.h"
 
@@ -236,38 +237,22 @@ std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format
 
 }  // namespace
 
+// The float types GGUF holds; the block types' ids are in chronos/block_types.h.
+constexpr std::pair<DType, uint32_t> kGgmlFloatTypes[] = {{DType::kF32, 0}, {DType::kF16, 1}, {DType::kBF16, 30}};
+
 std::optional<uint32_t> ggml_type_of(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ5_0: return 6;
-    case DType::kQ8_0: return 8;
-    case DType::kQ2_K: return 10;
-    case DType::kQ3_K: return 11;
-    case DType::kQ4_K: return 12;
-    case DType::kQ5_K: return 13;
-    case DType::kQ6_K: return 14;
-    case DType::kBF16: return 30;
-    default: return std::nullopt;
-  }
+  if (const BlockType* block = find_block_type(dtype)) return block->ggml_type;
+  for (const auto& [float_dtype, id] : kGgmlFloatTypes)
+    if (float_dtype == dtype) return id;
+  return std::nullopt;
 }
 
 std::optional<DType> dtype_of_ggml_type(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 6: return DType::kQ5_0;
-    case 8: return DType::kQ8_0;
-    case 10: return DType::kQ2_K;
-    case 11: return DType::kQ3_K;
-    case 12: return DType::kQ4_K;
-    case 13: return DType::kQ5_K;
-    case 14: return DType::kQ6_K;
-    case 30: return DType::kBF16;
-    default: return std::nullopt;
-  }
+  for (const BlockType& block : kBlockTypes)
+    if (block.ggml_type == ggml_type) return block.dtype;
+  for (const auto& [float_dtype, id] : kGgmlFloatTypes)
+    if (id == ggml_type) return float_dtype;
+  return std::nullopt;
 }
 
 std::string ggml_type_name(uint32_t ggml_type) {

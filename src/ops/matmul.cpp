@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "chronos/block_types.h"
 #include "chronos/error.h"
 #include "chronos/ops.h"
 #include "chronos/thread_pool.h"
@@ -44,7 +45,11 @@ BlockActivationMode initial_block_activation_mode() {
   throw_error("CHRONOS_BLOCK_ACTIVATIONS is \"{}\": expected \"f32\" or \"int8\"", value);
 }
 
-bool use_int8(DType dtype) { return dtype_is_block(dtype) && block_activation_mode() == BlockActivationMode::kInt8; }
+// The types without 8-bit-activation kernels (block_types.h) always take the f32 path.
+bool use_int8(DType dtype) {
+  const BlockType* block = find_block_type(dtype);
+  return block != nullptr && block->int8_kernels && block_activation_mode() == BlockActivationMode::kInt8;
+}
 
 // x[n_tokens, w.cols] as activation blocks in this thread's buffer.
 const void* quantize_activations(const kernels::CpuKernels& kernels, const float* x, const WeightView& w,

@@ -32,7 +32,8 @@ using test::kF32Eps;
 using test::ScalarIsa;
 
 constexpr DType kBlockDtypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                                  DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K};
+                                  DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
+                                  DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 class CudaBlockKernels : public test::CudaStreamTest {};
 

@@ -22,7 +22,8 @@ using test::IsaGuard;
 // The tests below hold the exact f32-activation path (test_quant_int8.cpp covers the int8 one).
 
 const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K};
+                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
+                             DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 TEST(BlockDType, SizesAndNamesAreGguf) {
   struct Expected {
@@ -33,7 +34,10 @@ TEST(BlockDType, SizesAndNamesAreGguf) {
   const Expected expected[] = {{DType::kQ8_0, "Q8_0", 32, 34},   {DType::kQ4_0, "Q4_0", 32, 18},
                                {DType::kQ5_0, "Q5_0", 32, 22},   {DType::kQ2_K, "Q2_K", 256, 84},
                                {DType::kQ3_K, "Q3_K", 256, 110}, {DType::kQ4_K, "Q4_K", 256, 144},
-                               {DType::kQ6_K, "Q6_K", 256, 210}, {DType::kQ5_K, "Q5_K", 256, 176}};
+                               {DType::kQ6_K, "Q6_K", 256, 210}, {DType::kQ5_K, "Q5_K", 256, 176},
+                               {DType::kQ4_1, "Q4_1", 32, 20},   {DType::kQ5_1, "Q5_1", 32, 24},
+                               {DType::kIQ4_NL, "IQ4_NL", 32, 18}, {DType::kIQ4_XS, "IQ4_XS", 256, 136},
+                               {DType::kMXFP4, "MXFP4", 32, 17}};
   for (const auto& e : expected) {
     EXPECT_TRUE(dtype_is_block(e.dtype)) << e.name;
     EXPECT_EQ(dtype_name(e.dtype), e.name);
@@ -63,6 +67,9 @@ TEST(BlockDType, ShortRowsFallBackToA32BlockType) {
   EXPECT_EQ(block_dtype_for_row(DType::kQ4_K, 128), DType::kQ5_0);  // the demo model's down_proj rows
   EXPECT_EQ(block_dtype_for_row(DType::kQ6_K, 128), DType::kQ8_0);
   EXPECT_EQ(block_dtype_for_row(DType::kQ5_K, 128), DType::kQ5_0);
+  EXPECT_EQ(block_dtype_for_row(DType::kIQ4_XS, 128), DType::kIQ4_NL);  // llama.cpp's fallback for IQ4_XS
+  EXPECT_EQ(block_dtype_for_row(DType::kIQ4_XS, 512), DType::kIQ4_XS);
+  EXPECT_EQ(block_dtype_for_row(DType::kMXFP4, 96), DType::kMXFP4);
   EXPECT_EQ(block_dtype_for_row(DType::kQ2_K, 320), DType::kQ4_0);
   EXPECT_EQ(block_dtype_for_row(DType::kQ3_K, 96), DType::kQ4_0);
   EXPECT_EQ(block_dtype_for_row(DType::kQ8_0, 96), DType::kQ8_0);
@@ -87,12 +94,15 @@ std::vector<float> quantize_dequantize(DType dtype, const std::vector<float>& x)
 }
 
 // Relative RMS error on normal(0, 1) rows, bounded a little above what the formats give (measured
-// 0.0055 / 0.084 / 0.042 / 0.27 / 0.15 / 0.067 / 0.017 on 1024 weights): a scale search that stopped
+// 0.0055 / 0.084 / 0.042 / 0.27 / 0.15 / 0.067 / 0.017 on 1024 weights; Q4_1, Q5_1, IQ4_NL, IQ4_XS,
+// MXFP4 0.073 / 0.041 / 0.080 / 0.072 / 0.12 on the fixtures' normal rows): a scale search that stopped
 // working or a level off by one shows up well above these.
 TEST(Quantize, ErrorIsWithinTheFormatsBound) {
   const std::pair<DType, double> bounds[] = {{DType::kQ8_0, 0.008}, {DType::kQ4_0, 0.11}, {DType::kQ5_0, 0.055},
                                              {DType::kQ2_K, 0.32},  {DType::kQ3_K, 0.18}, {DType::kQ4_K, 0.08},
-                                             {DType::kQ6_K, 0.022}, {DType::kQ5_K, 0.045}};
+                                             {DType::kQ6_K, 0.022}, {DType::kQ5_K, 0.045}, {DType::kQ4_1, 0.09},
+                                             {DType::kQ5_1, 0.05}, {DType::kIQ4_NL, 0.095},
+                                             {DType::kIQ4_XS, 0.09}, {DType::kMXFP4, 0.15}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(4096);
@@ -119,7 +129,9 @@ TEST(Quantize, ZerosStayZeroAndConstantsStayClose) {
           ASSERT_EQ(y[size_t(i)], 0.0f) << dtype_name(dtype);
         }
         // One f16 scale rounding (2^-11) plus the level grid of the coarsest type on a constant.
-        ASSERT_NEAR(y[size_t(i)], v, std::fabs(v) * 0.01) << dtype_name(dtype) << " " << v;
+        // MXFP4 has no per-block fit: a power-of-two scale and E2M1's values, 2.5 between 2 and 3.
+        ASSERT_NEAR(y[size_t(i)], v, std::fabs(v) * (dtype == DType::kMXFP4 ? 0.2 : 0.01))
+            << dtype_name(dtype) << " " << v;
       }
     }
   }
@@ -202,7 +214,8 @@ TEST(QuantMatmul, ShortRowsOf32BlockTypes) {
   IsaGuard guard;
   test::BlockModeGuard f32(ops::BlockActivationMode::kF32);
   ThreadPool pool(1);
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL,
+                      DType::kMXFP4}) {
     for (int64_t cols : {32, 96, 128, 160}) {
       const auto w = test::make_quant_weights(dtype, 19, cols, uint32_t(cols));
       for (Isa isa : available_isas()) {

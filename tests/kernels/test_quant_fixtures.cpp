@@ -73,7 +73,8 @@ QuantFixture load_fixture(const std::string& path) {
   return f;
 }
 
-const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k"};
+const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k",
+                                     "q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"};
 
 std::string fixture_path(const char* type) {
   return std::string(CHRONOS_TEST_DATA_DIR) + "/quant/" + type + ".bin";
@@ -92,29 +93,45 @@ TEST(QuantFixtures, QuantizerReproducesTheStoredBytes) {
   }
 }
 
+// Every row of f dequantized by dequantize_row and, on every ISA, by ops::weight_row_to_f32 is
+// gguf's f32 bit for bit.
+void expect_gguf_dequantization(const QuantFixture& f, const std::string& what) {
+  const int64_t row_bytes = dtype_row_bytes(f.dtype, f.cols);
+  std::vector<float> row(size_t(f.cols));
+  for (int64_t r = 0; r < f.rows; ++r) {
+    dequantize_row(f.dtype, f.quantized.data() + r * row_bytes, row.data(), f.cols);
+    for (int64_t c = 0; c < f.cols; ++c)
+      ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]), std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
+          << what << " dequantize_row row " << r << " col " << c << ": " << row[size_t(c)] << " vs "
+          << f.expected[size_t(r * f.cols + c)];
+    for (Isa isa : test::available_isas()) {
+      set_isa(isa);
+      std::fill(row.begin(), row.end(), -1.0f);
+      ops::weight_row_to_f32(row.data(), WeightView{f.quantized.data(), f.dtype, f.rows, f.cols}, r);
+      for (int64_t c = 0; c < f.cols; ++c)
+        ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]), std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
+            << what << " " << isa_name(isa) << " weight_row_to_f32 row " << r << " col " << c;
+    }
+  }
+}
+
 TEST(QuantFixtures, DequantizationIsBitIdenticalToGguf) {
   test::IsaGuard guard;
   for (const char* type : kFixtureTypes) {
     const QuantFixture f = load_fixture(fixture_path(type));
     ASSERT_FALSE(f.input.empty()) << type;
-    const int64_t row_bytes = dtype_row_bytes(f.dtype, f.cols);
-    std::vector<float> row(size_t(f.cols));
-    for (int64_t r = 0; r < f.rows; ++r) {
-      dequantize_row(f.dtype, f.quantized.data() + r * row_bytes, row.data(), f.cols);
-      for (int64_t c = 0; c < f.cols; ++c)
-        ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]), std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
-            << type << " dequantize_row row " << r << " col " << c << ": " << row[size_t(c)] << " vs "
-            << f.expected[size_t(r * f.cols + c)];
-      for (Isa isa : test::available_isas()) {
-        set_isa(isa);
-        std::fill(row.begin(), row.end(), -1.0f);
-        ops::weight_row_to_f32(row.data(), WeightView{f.quantized.data(), f.dtype, f.rows, f.cols}, r);
-        for (int64_t c = 0; c < f.cols; ++c)
-          ASSERT_EQ(std::bit_cast<uint32_t>(row[size_t(c)]),
-                    std::bit_cast<uint32_t>(f.expected[size_t(r * f.cols + c)]))
-              << type << " " << isa_name(isa) << " weight_row_to_f32 row " << r << " col " << c;
-      }
-    }
+    expect_gguf_dequantization(f, type);
+  }
+}
+
+// Random valid blocks (tools/make_quant_fixtures.py): every grid index, scale code and high bit,
+// and for MXFP4 every E8M0 byte, decoded as gguf decodes them.
+TEST(QuantFixtures, RandomBlocksDequantizeAsGguf) {
+  test::IsaGuard guard;
+  for (const char* type : {"q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"}) {
+    const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
+    ASSERT_FALSE(f.input.empty()) << type;
+    expect_gguf_dequantization(f, std::string("random ") + type);
   }
 }
 

@@ -24,7 +24,8 @@ using test::available_isas;
 using test::IsaGuard;
 
 const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K};
+                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
+                             DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 // Sets a block-activation mode for one test and restores the previous one.
 
