@@ -1,7 +1,9 @@
 // Runs the chronos binary as a user would and captures stdout, stderr and the exit status.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -14,7 +16,7 @@
 namespace chronos::testing {
 
 struct RunResult {
-  int exit_code = -1;     // -1 when killed by a signal
+  int exit_code = -1;  // -1 when killed by a signal
   bool signalled = false;
   std::string out, err;
   std::vector<std::string> err_lines() const {
@@ -34,11 +36,23 @@ inline std::string slurp(const std::filesystem::path& path) {
 inline std::string shell_quote(const std::string& s) {
   std::string out(1, '\'');
   for (char c : s) {
-    if (c == '\'') out.append("'\\''");
-    else out.push_back(c);
+    if (c == '\'')
+      out.append("'\\''");
+    else
+      out.push_back(c);
   }
   out.push_back('\'');
   return out;
+}
+
+// A fresh, empty folder for the running test's files: <tmp>/<prefix>_<pid>_<test name>.
+inline std::filesystem::path fresh_work_dir(const std::string& prefix) {
+  const auto path =
+      std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" +
+                                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(path);
+  std::filesystem::create_directories(path);
+  return path;
 }
 
 // args are quoted; stdin_file, when given, is redirected to standard input; stdout_file, when
@@ -67,6 +81,16 @@ inline RunResult run_chronos(const std::vector<std::string>& args, const std::fi
   if (stdout_file.empty()) r.out = slurp(out_path);
   r.err = slurp(err_path);
   return r;
+}
+
+// A clean failure: exit code `code`, exactly one stderr line containing `needle`, nothing on stdout.
+inline void expect_clean_failure(const RunResult& r, int code, const std::string& needle) {
+  EXPECT_FALSE(r.signalled) << r.err;
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  const auto lines = r.err_lines();
+  ASSERT_EQ(lines.size(), 1u) << "stderr:\n" << r.err;
+  EXPECT_NE(lines[0].find(needle), std::string::npos) << lines[0];
+  EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
 }  // namespace chronos::testing

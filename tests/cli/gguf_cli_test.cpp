@@ -19,10 +19,7 @@ const fs::path kFixtures = fs::path(CHRONOS_TEST_DATA_DIR);
 class GgufCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    work_ = fs::temp_directory_path() / ("chronos_cli_gguf_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
+    work_ = testing::fresh_work_dir("chronos_cli_gguf");
   }
   void TearDown() override { fs::remove_all(work_); }
 

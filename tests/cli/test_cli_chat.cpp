@@ -12,6 +12,7 @@ namespace chronos {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_clean_failure;
 using testing::run_chronos;
 using testing::RunResult;
 using ordered_json = nlohmann::ordered_json;
@@ -22,28 +23,13 @@ const fs::path kModel = kFixtures / "models" / "qwen2_moe-f32";
 
 class CliChat : public ::testing::Test {
  protected:
-  void SetUp() override {
-    work_ = fs::temp_directory_path() / ("chronos_cli_chat_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
-  }
+  void SetUp() override { work_ = testing::fresh_work_dir("chronos_cli_chat"); }
   void TearDown() override { fs::remove_all(work_); }
 
   std::string write(const std::string& name, const std::string& text) {
     const fs::path path = work_ / name;
     std::ofstream(path, std::ios::binary) << text;
     return path.string();
-  }
-
-  // Exit code `code` and exactly one stderr line containing `needle`, nothing on stdout.
-  static void expect_clean_failure(const RunResult& r, int code, const std::string& needle) {
-    EXPECT_FALSE(r.signalled) << r.err;
-    EXPECT_EQ(r.exit_code, code) << r.err;
-    const auto lines = r.err_lines();
-    ASSERT_EQ(lines.size(), 1u) << "stderr:\n" << r.err;
-    EXPECT_NE(lines[0].find(needle), std::string::npos) << lines[0];
-    EXPECT_TRUE(r.out.empty()) << r.out;
   }
 
   fs::path work_;

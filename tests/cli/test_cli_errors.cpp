@@ -21,6 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::run_chronos;
+using testing::expect_clean_failure;
 using testing::RunResult;
 
 const fs::path kFixture = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_moe-f32";
@@ -28,24 +29,12 @@ const fs::path kFixture = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_mo
 class CliErrors : public ::testing::Test {
  protected:
   void SetUp() override {
-    work_ = fs::temp_directory_path() / ("chronos_cli_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
+    work_ = testing::fresh_work_dir("chronos_cli");
     model_ = work_ / "model";
     fs::copy(kFixture, model_, fs::copy_options::recursive);
   }
   void TearDown() override { fs::remove_all(work_); }
 
-  // Expects a clean failure: exit code `code`, exactly one stderr line containing `needle`.
-  void expect_clean_failure(const RunResult& r, int code, const std::string& needle) {
-    EXPECT_FALSE(r.signalled) << r.err;
-    EXPECT_EQ(r.exit_code, code) << r.err;
-    const auto lines = r.err_lines();
-    ASSERT_EQ(lines.size(), 1u) << "stderr:\n" << r.err;
-    EXPECT_NE(lines[0].find(needle), std::string::npos) << lines[0];
-    EXPECT_TRUE(r.out.empty()) << r.out;
-  }
 
   RunResult generate(std::vector<std::string> extra, const std::string& stdin_file = "") {
     std::vector<std::string> args = {"generate", "-m", model_.string(), "-n", "4"};

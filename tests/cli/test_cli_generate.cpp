@@ -19,10 +19,7 @@ const fs::path kModel = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_moe-
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    work_ = fs::temp_directory_path() / ("chronos_cli_ok_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
+    work_ = testing::fresh_work_dir("chronos_cli_ok");
     reference_ = nlohmann::json::parse(testing::slurp(kModel / "reference.json"))["text_case"];
   }
   void TearDown() override { fs::remove_all(work_); }

@@ -19,10 +19,7 @@ const fs::path kModel = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_moe-
 class CliStorage : public ::testing::Test {
  protected:
   void SetUp() override {
-    work_ = fs::temp_directory_path() / ("chronos_cli_storage_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
+    work_ = testing::fresh_work_dir("chronos_cli_storage");
     prompts_ = work_ / "prompts.jsonl";
     std::ofstream(prompts_) << R"({"id": "a", "domain": "prose", "prompt": "The river keeps its own time"})" "\n"
                             << R"({"id": "b", "domain": "code", "prompt": "int main() { return 0; }"})" "\n"
