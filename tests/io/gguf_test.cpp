@@ -293,6 +293,29 @@ TEST_F(GgufTest, RefusesUnsupportedAndUnknownTypes) {
   expect_rejected(bytes, {"key test.u8", "unknown value type 13"});
 }
 
+// A tensor of each IQ grid type (read, never written) loads with GGUF's block size: stacked_q8's
+// entry retyped and reshaped to [1, 1, 256], one block, which fits in its original bytes.
+TEST_F(GgufTest, ReadsTheIqGridTypes) {
+  const std::pair<uint32_t, int64_t> types[] = {{16, 66}, {17, 74}, {18, 98}, {19, 50}, {21, 110}, {22, 82}, {29, 56}};
+  for (const auto& [id, block_bytes] : types) {
+    std::string bytes = bytes_;
+    const TensorFields stacked = tensor_fields(bytes, "stacked_q8", 3);
+    put<uint64_t>(bytes, stacked.dims, 256);
+    put<uint64_t>(bytes, stacked.dims + 8, 1);
+    put<uint64_t>(bytes, stacked.dims + 16, 1);
+    put<uint32_t>(bytes, stacked.type, id);
+    const auto path = dir_ / "iq.gguf";
+    write_bytes(path, bytes);
+    const auto file = GgufFile::open(path);
+    const GgufTensor* tensor = file->find("stacked_q8");
+    ASSERT_NE(tensor, nullptr) << id;
+    EXPECT_EQ(tensor->dtype, dtype_of_ggml_type(id)) << id;
+    EXPECT_EQ(ggml_type_name(id), dtype_name(tensor->dtype)) << id;
+    EXPECT_EQ(tensor->shape, (std::vector<int64_t>{1, 1, 256})) << id;
+    EXPECT_EQ(tensor->n_bytes, block_bytes) << id;
+  }
+}
+
 // ggml's type ids (ggml.h) for every type Chronos reads, both ways; the others have none.
 TEST(GgufTypes, IdsAreGgmlsBothWays) {
   const std::pair<DType, uint32_t> ids[] = {{DType::kF32, 0},   {DType::kF16, 1},   {DType::kQ4_0, 2},
