@@ -16,6 +16,8 @@ real expert row of the demo model (models/default, BF16) when it is there, else 
 own quantizer gives Chronos's bytes for Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 and MXFP4 (their rounding is
 fully specified). Also random_<type>.bin for the newer 32/256-weight types: random valid blocks
 (every grid index, scale code and high bit used; MXFP4 every E8M0 byte) as gguf decodes them.
+The IQ grid types (IQ2_XXS ... IQ1_M) are read only: they have random-block fixtures alone, with
+every index of their grid written somewhere (tools/make_iq_grids.py writes the grids themselves).
 """
 
 import argparse
@@ -43,6 +45,10 @@ SAME_BYTES_AS_GGUF = ("q8_0", "q4_0", "q5_0", "q4_1", "q5_1", "mxfp4")
 # Random valid blocks (every byte random but the scales, which are finite) decoded by gguf: each
 # grid index, scale code and fifth bit occurs, not only those Chronos's quantizer writes.
 RANDOM_BLOCK_TYPES = ("q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4")
+# The read-only IQ grid types: (block bytes, grid size, grid indices per 256-weight block).
+IQ_GRID_TYPES = {"iq2_xxs": (66, 256, 32), "iq2_xs": (74, 512, 32), "iq2_s": (82, 1024, 32),
+                 "iq3_xxs": (98, 256, 64), "iq3_s": (110, 512, 64), "iq1_s": (50, 2048, 32),
+                 "iq1_m": (56, 2048, 32)}
 
 
 def read_safetensors_rows(path: Path, name: str, rows: list[int]) -> np.ndarray:
@@ -111,17 +117,71 @@ def random_blocks(type_name: str) -> np.ndarray:
     return q.reshape(rows, n_blocks // rows * block_bytes)
 
 
+def random_iq_blocks(type_name: str) -> np.ndarray:
+    """[8 rows, row bytes] of random IQ blocks whose grid indices, shuffled, cover the whole grid;
+    f16 d finite (normal, sd 0.01), every other bit random."""
+    block_bytes, grid_size, per_block = IQ_GRID_TYPES[type_name]
+    rng = np.random.default_rng(3000 + sorted(IQ_GRID_TYPES).index(type_name))
+    n_blocks = max(8, grid_size // per_block)
+    q = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    index = rng.permutation(np.resize(np.arange(grid_size), n_blocks * per_block)).reshape(n_blocks, per_block)
+    d = rng.normal(0.0, 0.01, (n_blocks, 1)).astype(np.float16).view(np.uint16)[:, 0]
+    if type_name == "iq1_m":  # d's four nibbles are the top nibbles of the four u16 scale words
+        words = q[:, 48:56].copy().view("<u2")
+        for k in range(4):
+            words[:, k] = (words[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
+        q[:, 48:56] = words.view(np.uint8)
+    else:
+        q[:, 0:2] = d.reshape(-1, 1).view(np.uint8)
+    if type_name in ("iq2_xxs",):  # 4 grid bytes at the start of each 8-byte sub-block
+        for g in range(32):
+            q[:, 2 + 8 * (g // 4) + g % 4] = index[:, g]
+    elif type_name == "iq2_xs":  # u16: 9-bit index, 7 sign bits
+        words = q[:, 2:66].copy().view("<u2")
+        words[:] = (words & 0xFE00) | index
+        q[:, 2:66] = words.view(np.uint8)
+    elif type_name == "iq2_s":  # low 8 bits in qs, 2 high bits in qh
+        q[:, 2:34] = index & 0xFF
+        qh = np.zeros((n_blocks, 8), dtype=np.uint8)
+        for g in range(32):
+            qh[:, g // 4] |= ((index[:, g] >> 8) & 3).astype(np.uint8) << (2 * (g % 4))
+        q[:, 66:74] = qh
+    elif type_name == "iq3_xxs":
+        q[:, 2:66] = index
+    elif type_name == "iq3_s":  # low 8 bits in qs, high bit in qh
+        q[:, 2:66] = index & 0xFF
+        qh = np.zeros((n_blocks, 8), dtype=np.uint8)
+        for m in range(64):
+            qh[:, m // 8] |= ((index[:, m] >> 8) & 1).astype(np.uint8) << (m % 8)
+        q[:, 66:74] = qh
+    elif type_name == "iq1_s":  # low 8 bits in qs, 3 high bits per group in the u16 qh words
+        q[:, 2:34] = index & 0xFF
+        words = q[:, 34:50].copy().view("<u2")
+        for g in range(32):
+            shift = 3 * (g % 4)
+            words[:, g // 4] = (words[:, g // 4] & ~np.uint16(7 << shift)) | ((index[:, g] >> 8) << shift)
+        q[:, 34:50] = words.view(np.uint8)
+    else:  # iq1_m: low 8 bits in qs, 3 high bits in each nibble of qh
+        q[:, 0:32] = index & 0xFF
+        for g in range(32):
+            shift = 4 * (g % 2)
+            q[:, 32 + g // 2] = (q[:, 32 + g // 2] & ~np.uint8(7 << shift)) | ((index[:, g] >> 8) << shift).astype(np.uint8)
+    return q.reshape(8, n_blocks // 8 * block_bytes)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--test-binary", type=Path, default=ROOT / "build/release/tests/chronos_test_kernels")
     parser.add_argument("--out", type=Path, default=ROOT / "tests/fixtures/quant")
+    parser.add_argument("--random-only", action="store_true",
+                        help="write only the random_<type>.bin fixtures (no test binary needed)")
     args = parser.parse_args()
     model = ROOT / "models/default/model.safetensors"
     if not model.exists():
         print(f"{model} not found: fixtures without real rows", file=sys.stderr)
         model = None
     args.out.mkdir(parents=True, exist_ok=True)
-    for type_name in TYPES:
+    for type_name in TYPES if not args.random_only else ():
         qtype = GGMLQuantizationType[type_name.upper()]
         x = input_rows(type_name, model)
         q = chronos_quantize(args.test_binary, type_name, x)
@@ -137,10 +197,10 @@ def main() -> int:
                          expected.astype("<f4").tobytes())
         print(f"{path.relative_to(ROOT)}: {x.shape[0]} x {x.shape[1]}, {path.stat().st_size} bytes, "
               f"relative RMS error per row {np.array2string(error, precision=4)}")
-    for type_name in RANDOM_BLOCK_TYPES:
+    for type_name in RANDOM_BLOCK_TYPES + tuple(IQ_GRID_TYPES):
         qtype = GGMLQuantizationType[type_name.upper()]
-        q = random_blocks(type_name)
-        block, block_bytes = BLOCK_BYTES[type_name]
+        q = random_iq_blocks(type_name) if type_name in IQ_GRID_TYPES else random_blocks(type_name)
+        block, block_bytes = BLOCK_BYTES[type_name] if type_name in BLOCK_BYTES else (256, IQ_GRID_TYPES[type_name][0])
         with np.errstate(over="ignore", invalid="ignore"):  # MXFP4's largest scales times 12 overflow to inf
             expected = dequantize(q, qtype).astype(np.float32)
         assert expected.shape == (q.shape[0], q.shape[1] // block_bytes * block)

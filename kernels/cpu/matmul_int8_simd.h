@@ -24,6 +24,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "chronos/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/quant_layout.h"
 
@@ -545,8 +546,11 @@ void matmul_rows_int8_simd(float* y, const void* xq, const WeightView& w, int64_
                            int64_t row_end) {
   if (!dtype_is_block(w.dtype)) return matmul_rows_int8_scalar(y, xq, w, n_tokens, row_begin, row_end);  // reports it
   with_block_type(w.dtype, [&]<DType D>() {
-    matmul_int8_rows<T, D>(y, static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(w.data), w.rows, w.cols,
-                           n_tokens, row_begin, row_end);
+    if constexpr (kBlockType<D>.int8_kernels)
+      matmul_int8_rows<T, D>(y, static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(w.data), w.rows,
+                             w.cols, n_tokens, row_begin, row_end);
+    else  // ops take the f32 path for such a type (block_types.h)
+      CHRONOS_CHECK_MSG(false, "no 8-bit-activation kernel for {}", dtype_name(D));
   });
 }
 

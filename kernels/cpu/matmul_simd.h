@@ -265,9 +265,15 @@ template <class V, DType D>
                                                             const float* sub) {
   constexpr int kGroup = group_elements(D);
   typename V::Vec q;
-  if constexpr (D == DType::kQ8_0)
+  if constexpr (D == DType::kQ8_0) {
     q = V::load_i8(reinterpret_cast<const int8_t*>(block + q8_0::qs) + i);
-  else
+  } else if constexpr (is_iq_grid_type(D)) {
+    // The grid rows are gathered by the scalar decoder, eight weights at a time, then widened.
+    alignas(64) int8_t levels[V::kLanes];
+#pragma GCC unroll 2
+    for (int k = 0; k < V::kLanes; k += 8) decode_iq_levels8(D, block, i + k, levels + k);
+    q = V::load_i8(levels);
+  } else
     q = V::to_float(block_levels<V, D>(block, i));
   return V::sub(V::mul(q, V::set1(mul[i / kGroup])), V::set1(sub[i / kGroup]));
 }

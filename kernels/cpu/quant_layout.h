@@ -17,6 +17,7 @@
 
 #include "chronos/block_types.h"
 #include "chronos/dtype.h"
+#include "kernels/cpu/iq_grids.h"
 
 namespace chronos::kernels {
 namespace {
@@ -108,8 +109,147 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
   return (low | (high << 4)) - 32;
 }
 
+// ---- The IQ grid types (read only) ----
+// Byte offsets as ggml-common.h's block_iq*; docs/quantization.md draws them. Every weight is
+// mul[g] * level: level = the grid magnitude with its sign (IQ2, IQ3), or 8 (grid value +- 1/8)
+// for IQ1, whose mul then carries the factor 1/8 (exact: a power of two), so that the product is
+// the same single rounding of the same real number as gguf's dl * (grid + delta).
+namespace iq2_xxs { constexpr int d = 0, qs = 2; }                    // qs: 8 x (4 grid bytes, u32 signs + scale)
+namespace iq2_xs { constexpr int d = 0, qs = 2, scales = 66; }        // qs: 32 x u16
+namespace iq2_s { constexpr int d = 0, qs = 2, signs = 34, qh = 66, scales = 74; }
+namespace iq3_xxs { constexpr int d = 0, qs = 2, scales_signs = 66; }  // scales_signs: 8 x u32
+namespace iq3_s { constexpr int d = 0, qs = 2, qh = 66, signs = 74, scales = 106; }
+namespace iq1_s { constexpr int d = 0, qs = 2, qh = 34; }             // qh: 8 x u16
+namespace iq1_m { constexpr int qs = 0, qh = 32, scales = 48; }       // no d field: it is spread over scales
+
+constexpr bool is_iq_grid_type(DType dtype) {
+  return dtype == DType::kIQ2_XXS || dtype == DType::kIQ2_XS || dtype == DType::kIQ2_S || dtype == DType::kIQ3_XXS ||
+         dtype == DType::kIQ3_S || dtype == DType::kIQ1_S || dtype == DType::kIQ1_M;
+}
+
+inline uint32_t read_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);  // little-endian, as x86
+  return v;
+}
+inline uint32_t read_u16(const uint8_t* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8); }
+
+// IQ1_M's f16 d: the top nibble of each of its four u16 scale words, lowest word first.
+inline float iq1_m_d(const uint8_t* b) {
+  uint16_t h = 0;
+  for (int k = 0; k < 4; ++k) h = uint16_t(h | ((read_u16(b + iq1_m::scales + 2 * k) >> 12) << (4 * k)));
+  return f16_to_f32(h);
+}
+
+// mul[g] of an IQ block: d (0.5 + s) / 4 (IQ2), d (0.5 + s) / 2 (IQ3_XXS), d (1 + 2 s) (IQ3_S),
+// d (2 s + 1) / 8 (IQ1, see above); in gguf's order of f32 operations.
+inline void decode_iq_factors(DType dtype, const uint8_t* b, float* mul) {
+  const auto nibble = [&](int at, int g) { return float((b[at + g / 2] >> (4 * (g % 2))) & 0xF); };
+  switch (dtype) {
+    case DType::kIQ2_XXS: {
+      const float d = read_f16(b + iq2_xxs::d);
+      for (int g = 0; g < 8; ++g) mul[g] = d * (0.5f + float(read_u32(b + iq2_xxs::qs + 8 * g + 4) >> 28)) * 0.25f;
+      return;
+    }
+    case DType::kIQ2_XS:
+    case DType::kIQ2_S: {
+      const float d = read_f16(b);
+      const int at = dtype == DType::kIQ2_XS ? iq2_xs::scales : iq2_s::scales;
+      for (int g = 0; g < 16; ++g) mul[g] = d * (0.5f + nibble(at, g)) * 0.25f;
+      return;
+    }
+    case DType::kIQ3_XXS: {
+      const float d = read_f16(b + iq3_xxs::d);
+      for (int g = 0; g < 8; ++g) mul[g] = d * (0.5f + float(read_u32(b + iq3_xxs::scales_signs + 4 * g) >> 28)) * 0.5f;
+      return;
+    }
+    case DType::kIQ3_S: {
+      const float d = read_f16(b + iq3_s::d);
+      for (int g = 0; g < 8; ++g) mul[g] = d * (1.0f + 2.0f * nibble(iq3_s::scales, g));
+      return;
+    }
+    case DType::kIQ1_S: {
+      const float d = read_f16(b + iq1_s::d);
+      for (int g = 0; g < 8; ++g) mul[g] = d * float(2 * ((read_u16(b + iq1_s::qh + 2 * g) >> 12) & 7) + 1) * 0.125f;
+      return;
+    }
+    default: {  // IQ1_M: 16 3-bit scales, four per u16 word
+      const float d = iq1_m_d(b);
+      for (int g = 0; g < 16; ++g)
+        mul[g] = d * float(2 * ((read_u16(b + iq1_m::scales + 2 * (g / 4)) >> (3 * (g % 4))) & 7) + 1) * 0.125f;
+      return;
+    }
+  }
+}
+
+// q[0..8) = the levels of weights [i, i + 8) of an IQ block (i a multiple of 8).
+[[gnu::always_inline]] inline void decode_iq_levels8(DType dtype, const uint8_t* b, int i, int8_t* q) {
+  const int group8 = i / 8, sub = i / 32, k = (i % 32) / 8;  // k: the 8-weight group within its 32
+  const auto signed_bytes = [&](uint64_t magnitudes, uint32_t signs) {
+    for (int j = 0; j < 8; ++j) {
+      const int m = int((magnitudes >> (8 * j)) & 0xFF);
+      q[j] = int8_t((signs >> j) & 1 ? -m : m);
+    }
+  };
+  switch (dtype) {
+    case DType::kIQ2_XXS: {
+      const uint32_t signs = (read_u32(b + iq2_xxs::qs + 8 * sub + 4) >> (7 * k)) & 127;
+      signed_bytes(kIq2xxsGrid[b[iq2_xxs::qs + 8 * sub + k]], kIqSigns[signs]);
+      return;
+    }
+    case DType::kIQ2_XS: {
+      const uint32_t v = read_u16(b + iq2_xs::qs + 2 * group8);
+      signed_bytes(kIq2xsGrid[v & 511], kIqSigns[v >> 9]);
+      return;
+    }
+    case DType::kIQ2_S: {
+      const uint32_t index = b[iq2_s::qs + group8] | (((b[iq2_s::qh + group8 / 4] >> (2 * (group8 % 4))) & 3u) << 8);
+      signed_bytes(kIq2sGrid[index], b[iq2_s::signs + group8]);
+      return;
+    }
+    case DType::kIQ3_XXS: {
+      const uint32_t signs = (read_u32(b + iq3_xxs::scales_signs + 4 * sub) >> (7 * k)) & 127;
+      const uint64_t magnitudes =
+          kIq3xxsGrid[b[iq3_xxs::qs + i / 4]] | (uint64_t(kIq3xxsGrid[b[iq3_xxs::qs + i / 4 + 1]]) << 32);
+      signed_bytes(magnitudes, kIqSigns[signs]);
+      return;
+    }
+    case DType::kIQ3_S: {
+      const auto index = [&](int m) { return b[iq3_s::qs + m] | (((b[iq3_s::qh + m / 8] >> (m % 8)) & 1u) << 8); };
+      const uint64_t magnitudes = kIq3sGrid[index(i / 4)] | (uint64_t(kIq3sGrid[index(i / 4 + 1)]) << 32);
+      signed_bytes(magnitudes, b[iq3_s::signs + group8]);
+      return;
+    }
+    case DType::kIQ1_S:
+    case DType::kIQ1_M: {
+      uint32_t high, negative_delta;
+      if (dtype == DType::kIQ1_S) {
+        const uint32_t qh = read_u16(b + iq1_s::qh + 2 * sub);
+        high = (qh >> (3 * k)) & 7;
+        negative_delta = qh >> 15;
+      } else {
+        const uint32_t qh = b[iq1_m::qh + group8 / 2] >> (4 * (group8 % 2));
+        high = qh & 7;
+        negative_delta = (qh >> 3) & 1;
+      }
+      const int qs_at = dtype == DType::kIQ1_S ? iq1_s::qs : iq1_m::qs;
+      const uint64_t row = kIq1sGrid[b[qs_at + group8] | (high << 8)];
+      const int delta = negative_delta ? -kIq1DeltaEighths : kIq1DeltaEighths;
+      for (int j = 0; j < 8; ++j) q[j] = int8_t(8 * int(int8_t((row >> (8 * j)) & 0xFF)) + delta);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
 // mul/sub[block_elements / group] = one block's per-group factors (the f32 products GGUF forms).
 [[gnu::always_inline]] inline void decode_factors(DType dtype, const uint8_t* b, float* mul, float* sub) {
+  if (is_iq_grid_type(dtype)) {
+    decode_iq_factors(dtype, b, mul);
+    for (int g = 0; g < block_elements_of(dtype) / group_elements(dtype); ++g) sub[g] = 0.0f;
+    return;
+  }
   switch (dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
@@ -178,6 +318,10 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
 // q[block_elements] = one block's signed levels. The SIMD kernels read the same bits lane-wise
 // (matmul_simd.h, block_levels); this is their reference.
 inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
+  if (is_iq_grid_type(dtype)) {
+    for (int i = 0; i < block_elements_of(dtype); i += 8) decode_iq_levels8(dtype, b, i, q + i);
+    return;
+  }
   switch (dtype) {
     case DType::kQ8_0:
       std::memcpy(q, b + q8_0::qs, 32);

@@ -44,6 +44,9 @@ inline unsigned grid_for(int64_t n, int threads) {
 }
 
 inline void require_weight_dtype(DType dtype, const char* op) {
+  if (is_block_type(dtype) && !dm::is_block_dtype(dtype))  // a row of block_types.h with cuda_kernels false
+    throw_cuda_error("CUDA {}: {} weights have no CUDA kernels (Chronos reads them on the CPU only)", op,
+                     dtype_name(dtype));
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 && !dm::is_block_dtype(dtype))
     throw_cuda_error("CUDA {}: unsupported weight dtype {} (F32, F16, BF16 or a block type)", op, dtype_name(dtype));
 }

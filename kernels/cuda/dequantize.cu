@@ -21,6 +21,7 @@ __global__ void dequantize_rows_kernel(float* out, const void* w, int64_t cols, 
 }  // namespace
 
 void dequantize_rows(float* out, const WeightView& w, int64_t row_begin, int64_t n_rows, cudaStream_t stream) {
+  if (is_block_type(w.dtype)) require_weight_dtype(w.dtype, "dequantize_rows");  // one without CUDA kernels
   if (!dm::is_block_dtype(w.dtype))
     throw_cuda_error("CUDA dequantize_rows: {} is not a block type", dtype_name(w.dtype));
   if (row_begin < 0 || n_rows < 0 || row_begin + n_rows > w.rows)

@@ -168,6 +168,10 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_failure(generate({"-p", "hi", "--bogus"}), 2, "bogus");
   expect_clean_failure(generate({"-p", "hi", "--ctx-size", "100000"}), 2, "--ctx-size");
   expect_clean_failure(run_chronos({"frobnicate"}, work_), 2, "frobnicate");
+  // A type Chronos reads but does not write (the IQ grid types) is refused with the choices it has.
+  expect_clean_failure(run_chronos({"pack", "-m", model_.string(), "-o", (work_ / "iq_pack").string(),
+                                    "--expert-type", "iq2_xxs"}, work_),
+                       2, "reads IQ2_XXS but does not quantize to it");
 }
 
 TEST_F(CliErrors, NumericFlagsAreBounded) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "chronos/block_types.h"
 #include "chronos/dtype.h"
 #include "chronos/error.h"
 #include "chronos/ops.h"
@@ -207,6 +208,29 @@ TEST_F(CudaBlockKernels, MoeGateUpAndDownMatchCpuExperts) {
                             what + " down row " + std::to_string(r));
     }
   }
+}
+
+// The block types read on the CPU only (block_types.h's cuda_kernels false: the IQ grid types) are
+// refused by every launcher, naming the type, instead of being read as another type.
+TEST_F(CudaBlockKernels, LaunchersRefuseTypesWithoutCudaKernels) {
+  int refused = 0;
+  for (const BlockType& type : kBlockTypes) {
+    if (type.cuda_kernels) continue;
+    const WeightView w{nullptr, type.dtype, 4, 256};
+    EXPECT_THROW(cuda::matvec(nullptr, nullptr, w, 1, stream_), Error) << type.name;
+    EXPECT_THROW(cuda::embed_rows(nullptr, w, nullptr, 1, stream_), Error) << type.name;
+    EXPECT_THROW(cuda::moe_gate_up(nullptr, nullptr, nullptr, 1, type.dtype, 256, 4, stream_), Error) << type.name;
+    EXPECT_THROW(cuda::moe_down(nullptr, nullptr, nullptr, 1, type.dtype, 4, 256, stream_), Error) << type.name;
+    try {
+      cuda::dequantize_rows(nullptr, w, 0, 1, stream_);
+      ADD_FAILURE() << type.name << " dequantized";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(type.name) + " weights have no CUDA kernels"), std::string::npos)
+          << e.what();
+    }
+    ++refused;
+  }
+  EXPECT_EQ(refused, 7);  // IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M
 }
 
 // Rows that are not whole blocks are bad input (a K type on a 96-wide row), named in an Error.

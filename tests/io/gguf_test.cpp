@@ -277,10 +277,13 @@ TEST_F(GgufTest, RefusesBadDimensions) {
 TEST_F(GgufTest, RefusesUnsupportedAndUnknownTypes) {
   std::string bytes = bytes_;
   const TensorFields matrix = tensor_fields(bytes, "matrix", 2);
-  put<uint32_t>(bytes, matrix.type, 16);
-  expect_rejected(bytes, {"tensor matrix", "IQ2_XXS", "not supported"});
-  put<uint32_t>(bytes, matrix.type, 21);
-  expect_rejected(bytes, {"tensor matrix", "IQ3_S", "not supported", "Q5_K", "IQ4_XS", "MXFP4"});  // the list names what is
+  put<uint32_t>(bytes, matrix.type, 34);
+  expect_rejected(bytes, {"tensor matrix", "TQ1_0", "not supported"});
+  put<uint32_t>(bytes, matrix.type, 35);
+  expect_rejected(bytes, {"tensor matrix", "TQ2_0", "not supported", "Q5_K", "IQ4_XS", "MXFP4", "IQ2_XXS",
+                          "IQ1_M"});  // the list names what is
+  put<uint32_t>(bytes, matrix.type, 16);  // IQ2_XXS is read; this matrix's rows are not whole 256-blocks
+  expect_rejected(bytes, {"tensor matrix", "not whole 256-element blocks of IQ2_XXS"});
   put<uint32_t>(bytes, matrix.type, 13);  // Q5_K is read; this matrix's rows are not whole 256-blocks
   expect_rejected(bytes, {"tensor matrix", "not whole 256-element blocks of Q5_K"});
   put<uint32_t>(bytes, matrix.type, 999);
@@ -290,6 +293,29 @@ TEST_F(GgufTest, RefusesUnsupportedAndUnknownTypes) {
   expect_rejected(bytes, {"key test.u8", "unknown value type 13"});
 }
 
+// A tensor of each IQ grid type (read, never written) loads with GGUF's block size: stacked_q8's
+// entry retyped and reshaped to [1, 1, 256], one block, which fits in its original bytes.
+TEST_F(GgufTest, ReadsTheIqGridTypes) {
+  const std::pair<uint32_t, int64_t> types[] = {{16, 66}, {17, 74}, {18, 98}, {19, 50}, {21, 110}, {22, 82}, {29, 56}};
+  for (const auto& [id, block_bytes] : types) {
+    std::string bytes = bytes_;
+    const TensorFields stacked = tensor_fields(bytes, "stacked_q8", 3);
+    put<uint64_t>(bytes, stacked.dims, 256);
+    put<uint64_t>(bytes, stacked.dims + 8, 1);
+    put<uint64_t>(bytes, stacked.dims + 16, 1);
+    put<uint32_t>(bytes, stacked.type, id);
+    const auto path = dir_ / "iq.gguf";
+    write_bytes(path, bytes);
+    const auto file = GgufFile::open(path);
+    const GgufTensor* tensor = file->find("stacked_q8");
+    ASSERT_NE(tensor, nullptr) << id;
+    EXPECT_EQ(tensor->dtype, dtype_of_ggml_type(id)) << id;
+    EXPECT_EQ(ggml_type_name(id), dtype_name(tensor->dtype)) << id;
+    EXPECT_EQ(tensor->shape, (std::vector<int64_t>{1, 1, 256})) << id;
+    EXPECT_EQ(tensor->n_bytes, block_bytes) << id;
+  }
+}
+
 // ggml's type ids (ggml.h) for every type Chronos reads, both ways; the others have none.
 TEST(GgufTypes, IdsAreGgmlsBothWays) {
   const std::pair<DType, uint32_t> ids[] = {{DType::kF32, 0},   {DType::kF16, 1},   {DType::kQ4_0, 2},
@@ -297,13 +323,15 @@ TEST(GgufTypes, IdsAreGgmlsBothWays) {
                                             {DType::kQ3_K, 11}, {DType::kQ4_K, 12}, {DType::kQ5_K, 13},
                                             {DType::kQ6_K, 14}, {DType::kBF16, 30}, {DType::kQ4_1, 3},
                                             {DType::kQ5_1, 7},  {DType::kIQ4_NL, 20}, {DType::kIQ4_XS, 23},
-                                            {DType::kMXFP4, 39}};
+                                            {DType::kMXFP4, 39}, {DType::kIQ2_XXS, 16}, {DType::kIQ2_XS, 17},
+                                            {DType::kIQ3_XXS, 18}, {DType::kIQ1_S, 19}, {DType::kIQ3_S, 21},
+                                            {DType::kIQ2_S, 22}, {DType::kIQ1_M, 29}};
   for (const auto& [dtype, id] : ids) {
     EXPECT_EQ(ggml_type_of(dtype), id) << dtype_name(dtype);
     EXPECT_EQ(dtype_of_ggml_type(id), dtype) << id;
     EXPECT_EQ(ggml_type_name(id), dtype_name(dtype)) << id;
   }
-  for (const uint32_t unsupported : {9u, 15u, 16u, 19u, 21u, 22u, 29u, 999u})
+  for (const uint32_t unsupported : {9u, 15u, 34u, 35u, 999u})
     EXPECT_FALSE(dtype_of_ggml_type(unsupported)) << unsupported;
   EXPECT_FALSE(ggml_type_of(DType::kI32).has_value());
 }

@@ -37,7 +37,12 @@ TEST(BlockDType, SizesAndNamesAreGguf) {
                                {DType::kQ6_K, "Q6_K", 256, 210}, {DType::kQ5_K, "Q5_K", 256, 176},
                                {DType::kQ4_1, "Q4_1", 32, 20},   {DType::kQ5_1, "Q5_1", 32, 24},
                                {DType::kIQ4_NL, "IQ4_NL", 32, 18}, {DType::kIQ4_XS, "IQ4_XS", 256, 136},
-                               {DType::kMXFP4, "MXFP4", 32, 17}};
+                               {DType::kMXFP4, "MXFP4", 32, 17},
+                               // The read-only IQ grid types (gguf's GGML_QUANT_SIZES).
+                               {DType::kIQ2_XXS, "IQ2_XXS", 256, 66}, {DType::kIQ2_XS, "IQ2_XS", 256, 74},
+                               {DType::kIQ2_S, "IQ2_S", 256, 82},     {DType::kIQ3_XXS, "IQ3_XXS", 256, 98},
+                               {DType::kIQ3_S, "IQ3_S", 256, 110},    {DType::kIQ1_S, "IQ1_S", 256, 50},
+                               {DType::kIQ1_M, "IQ1_M", 256, 56}};
   for (const auto& e : expected) {
     EXPECT_TRUE(dtype_is_block(e.dtype)) << e.name;
     EXPECT_EQ(dtype_name(e.dtype), e.name);

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 
+#include "chronos/block_types.h"
 #include "chronos/quant.h"
+#include "chronos/thread_pool.h"
 #include "test_util.h"
 
 namespace chronos {
@@ -132,6 +135,58 @@ TEST(QuantFixtures, RandomBlocksDequantizeAsGguf) {
     const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
     ASSERT_FALSE(f.input.empty()) << type;
     expect_gguf_dequantization(f, std::string("random ") + type);
+  }
+}
+
+// The read-only IQ grid types (no quantizer): random blocks covering every grid index.
+const char* const kIqGridTypes[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"};
+
+TEST(QuantFixtures, IqGridTypesDequantizeAsGguf) {
+  test::IsaGuard guard;
+  for (const char* type : kIqGridTypes) {
+    const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
+    ASSERT_FALSE(f.input.empty()) << type;
+    EXPECT_FALSE(find_block_type(f.dtype)->int8_kernels) << type;  // ops must take the f32 path
+    expect_gguf_dequantization(f, std::string("random ") + type);
+  }
+}
+
+// ops::matmul over those rows (the f32 path, which is the only one these types have), on every
+// ISA and in both activation modes, against the double product of gguf's dequantized weights
+// within the f32 summation bound (n + 1) u sum |w x|; a token alone gives the batch's bits.
+TEST(QuantFixtures, IqGridTypesMatmulMatchesGgufDequantizedProduct) {
+  test::IsaGuard guard;
+  ThreadPool pool(2);
+  for (const char* type : kIqGridTypes) {
+    const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
+    ASSERT_FALSE(f.input.empty()) << type;
+    const int64_t n_tokens = 3;
+    const auto x = test::random_floats(n_tokens * f.cols, uint32_t(f.cols));
+    const WeightView w{f.quantized.data(), f.dtype, f.rows, f.cols};
+    for (const auto mode : {ops::BlockActivationMode::kF32, ops::BlockActivationMode::kInt8}) {
+      test::BlockModeGuard mode_guard(mode);
+      for (Isa isa : test::available_isas()) {
+        set_isa(isa);
+        std::vector<float> y(size_t(n_tokens * f.rows), std::nanf("")), single(size_t(f.rows));
+        ops::matmul(y.data(), x.data(), w, n_tokens, pool);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          ops::matmul(single.data(), x.data() + t * f.cols, w, 1, pool);
+          for (int64_t r = 0; r < f.rows; ++r) {
+            double exact = 0.0, magnitude = 0.0;
+            for (int64_t c = 0; c < f.cols; ++c) {
+              const double p = double(f.expected[size_t(r * f.cols + c)]) * double(x[size_t(t * f.cols + c)]);
+              exact += p;
+              magnitude += std::fabs(p);
+            }
+            const size_t i = size_t(t * f.rows + r);
+            ASSERT_NEAR(y[i], exact, double(f.cols + 1) * test::kF32Eps * magnitude + 1e-30)
+                << type << " " << isa_name(isa) << " token " << t << " row " << r;
+            ASSERT_EQ(std::bit_cast<uint32_t>(single[size_t(r)]), std::bit_cast<uint32_t>(y[i]))
+                << type << " " << isa_name(isa) << " token " << t << " alone, row " << r;
+          }
+        }
+      }
+    }
   }
 }
 
