@@ -17,7 +17,9 @@
 
 #include "chronos/block_types.h"
 #include "chronos/dtype.h"
-#include "kernels/cpu/iq_grids.h"
+#include "kernels/cpu/iq1_grids.h"
+#include "kernels/cpu/iq2_grids.h"
+#include "kernels/cpu/iq3_grids.h"
 
 namespace chronos::kernels {
 namespace {

@@ -15,7 +15,18 @@ namespace {
 
 using ordered_json = nlohmann::ordered_json;
 
-std::string read_text(const std::string& path, std::string_view what) {
+ordered_json read_json(const std::string& path, std::string_view what) {
+  const std::string text = read_input_file(path, what);
+  try {
+    return ordered_json::parse(text);
+  } catch (const ordered_json::exception& e) {
+    throw_error("{}: not valid JSON ({})", path == "-" ? "standard input" : path, e.what());
+  }
+}
+
+}  // namespace
+
+std::string read_input_file(const std::string& path, std::string_view what) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
   if (std::error_code ec; std::filesystem::is_directory(path, ec))
     throw_error("{}: is a folder, not a {} file", path, what);
@@ -25,17 +36,6 @@ std::string read_text(const std::string& path, std::string_view what) {
   if (in.bad()) throw_error("{}: read error", path);
   return text;
 }
-
-ordered_json read_json(const std::string& path, std::string_view what) {
-  const std::string text = read_text(path, what);
-  try {
-    return ordered_json::parse(text);
-  } catch (const ordered_json::exception& e) {
-    throw_error("{}: not valid JSON ({})", path == "-" ? "standard input" : path, e.what());
-  }
-}
-
-}  // namespace
 
 void add_chat_flags(CLI::App* app, ChatFlags& flags) {
   app->add_option(
@@ -93,7 +93,7 @@ ChatRequest read_chat_request(const ChatFlags& flags) {
 
 std::string read_chat_template_file(const ChatFlags& flags) {
   if (flags.template_file.empty()) return {};
-  std::string text = read_text(flags.template_file, "chat template");
+  std::string text = read_input_file(flags.template_file, "chat template");
   if (text.empty()) throw_error("{}: the chat template file is empty", flags.template_file);
   return text;
 }

@@ -27,6 +27,10 @@ bool any_chat_flag(const ChatFlags& flags);
 // input); throws Error naming the file or the flag for anything malformed.
 ChatRequest read_chat_request(const ChatFlags& flags);
 
+// The whole text of the file at `path` ("-": standard input); throws Error naming the file, as
+// a `what` file, when it is a folder, cannot be opened or cannot be read.
+std::string read_input_file(const std::string& path, std::string_view what);
+
 // The text of --chat-template FILE (empty without it).
 std::string read_chat_template_file(const ChatFlags& flags);
 

@@ -2,9 +2,6 @@
 // of a conversation or a text, for debugging prompts.
 #include <fmt/format.h>
 
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <optional>
 
 #include "chronos/error.h"
@@ -41,16 +38,7 @@ struct TokenizeArgs {
 };
 
 int run_tokenize(const TokenizeArgs& args) {
-  std::string text;
-  if (args.text) {
-    text = *args.text;
-  } else if (args.file) {
-    std::ifstream in(*args.file, std::ios::binary);
-    if (!in || std::filesystem::is_directory(*args.file)) throw_error("{}: cannot open the text file", *args.file);
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  } else {
-    text.assign(std::istreambuf_iterator<char>(std::cin), {});
-  }
+  const std::string text = args.text ? *args.text : read_input_file(args.file.value_or("-"), "text");
   const Tokenizer tokenizer = open_tokenizer(resolve_model_dir(args.model));
   const std::vector<int32_t> ids = tokenizer.encode(text, !args.no_special);
   std::string out;

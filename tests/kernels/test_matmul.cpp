@@ -18,27 +18,6 @@ using test::make_weights;
 
 const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-// Checks y[n_tokens, rows] against sum_c w[r, c] * x[t, c] in double over the stored values.
-// Tolerance: any f32 summation order of n products (FMA or not) is within
-// (n + 1) * u * sum_c |w x| of the exact sum (Higham, Accuracy and Stability, 3.1), u = 2^-24;
-// + 1e-30 for the all-zero case. Weight conversion is exact, so nothing else contributes, and
-// a dropped or doubled term (>= ~1e-6 * sum here) is far outside it.
-void expect_matches_reference(const std::vector<float>& y, const std::vector<float>& x,
-                              const test::StoredWeights& w, int64_t n_tokens, const char* what) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    for (int64_t r = 0; r < w.rows; ++r) {
-      double exact = 0.0, magnitude = 0.0;
-      for (int64_t c = 0; c < w.cols; ++c) {
-        const double p = double(w.values[size_t(r * w.cols + c)]) * double(x[size_t(t * w.cols + c)]);
-        exact += p;
-        magnitude += std::fabs(p);
-      }
-      const double tolerance = double(w.cols + 1) * test::kF32Eps * magnitude + 1e-30;
-      ASSERT_NEAR(y[size_t(t * w.rows + r)], exact, tolerance)
-          << what << " token " << t << " row " << r << " cols " << w.cols;
-    }
-  }
-}
 
 TEST(Matmul, MatchesReferenceForEveryIsaDtypeAndShape) {
   IsaGuard guard;
@@ -54,7 +33,7 @@ TEST(Matmul, MatchesReferenceForEveryIsaDtypeAndShape) {
             std::vector<float> y(size_t(n_tokens * rows), std::numeric_limits<float>::quiet_NaN());
             ops::matmul(y.data(), x.data(), w.view(), n_tokens, pool);
             const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(dtype));
-            expect_matches_reference(y, x, w, n_tokens, what.c_str());
+            test::expect_matches_reference(y, x, w.values, w.rows, w.cols, n_tokens, what);
           }
         }
       }

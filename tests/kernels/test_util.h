@@ -1,9 +1,13 @@
 // Shared helpers for the kernel tests: ISAs to test, random weights stored in each dtype.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "chronos/dtype.h"
@@ -60,6 +64,29 @@ inline StoredWeights make_weights(DType dtype, int64_t rows, int64_t cols, uint3
 
 // Unit roundoff of f32.
 constexpr double kF32Eps = 1.0 / (1 << 24);
+
+// Checks y[n_tokens, rows] against sum_c w[r, c] * x[t, c] in double over `weights` ([rows, cols],
+// what the stored bits mean). Tolerance: any f32 summation order of n products (FMA or not) is
+// within (n + 1) * u * sum_c |w x| of the exact sum (Higham, Accuracy and Stability, 3.1), u = 2^-24;
+// + 1e-30 for the all-zero case. Weight conversion is exact, so nothing else contributes, and a
+// dropped or doubled term (>= ~1e-6 * sum here) is far outside it.
+inline void expect_matches_reference(const std::vector<float>& y, const std::vector<float>& x,
+                                     const std::vector<float>& weights, int64_t rows, int64_t cols, int64_t n_tokens,
+                                     const std::string& what) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double exact = 0.0, magnitude = 0.0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = double(weights[size_t(r * cols + c)]) * double(x[size_t(t * cols + c)]);
+        exact += p;
+        magnitude += std::fabs(p);
+      }
+      const double tolerance = double(cols + 1) * kF32Eps * magnitude + 1e-30;
+      ASSERT_NEAR(y[size_t(t * rows + r)], exact, tolerance)
+          << what << " token " << t << " row " << r << " cols " << cols;
+    }
+  }
+}
 
 // Sets the block-weight activation mode for a scope and restores the previous one.
 struct BlockModeGuard {

@@ -30,8 +30,8 @@ bool is_test_name(std::string_view name);
 
 Value call_filter(std::string_view name, const Value& input, const CallArgs& args, SizeLimit limit);
 bool call_test(std::string_view name, const Value& input, const CallArgs& args);
-// object.name(args) for Python's str, dict and list methods; nullopt-like Undefined when the
-// object has no such method.
+// object.name(args) for Python's str, dict and list methods; fails when the object has no such
+// method (or one transformers' sandbox forbids, such as list.append).
 Value call_method(const Value& object, std::string_view name, const CallArgs& args, SizeLimit limit);
 
 }  // namespace chronos::jinja::detail

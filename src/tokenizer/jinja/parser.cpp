@@ -37,9 +37,8 @@ class Parser {
   Parser(std::vector<Token> tokens, std::string_view name) : tokens_(std::move(tokens)), name_(name) {}
 
   Body parse_template() {
-    std::string terminator;
-    Body body = parse_body({}, "", &terminator);
-    return body;
+    std::string unused_terminator;  // the top level ends only at the end of the template
+    return parse_body({}, "", &unused_terminator);
   }
 
  private:
