@@ -47,9 +47,10 @@ Buffer make_buffer(int64_t bytes, uint8_t fill) {
 }
 
 const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
-                             DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
+const DType kBlockTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ5_0,   DType::kQ2_K,    DType::kQ3_K,
+                             DType::kQ4_K,   DType::kQ6_K,   DType::kQ5_K,   DType::kQ4_1,    DType::kQ5_1,
+                             DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4,  DType::kIQ2_XXS, DType::kIQ2_XS,
+                             DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,   DType::kIQ1_M};
 
 int threads_arg(const benchmark::State& state, int index) {
   const int wanted = int(state.range(index));
@@ -237,7 +238,7 @@ void BM_MatvecBlock(benchmark::State& state) {
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatvecBlock)
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1, 0}, {0, 1}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15, 16, 17, 18, 19}, {1, 0}, {0, 1}})
     ->ArgNames({"dtype", "threads", "int8"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
@@ -261,7 +262,7 @@ void BM_MatmulBlock(benchmark::State& state) {
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatmulBlock)
-    ->ArgsProduct({{16, 32, 128}, {1, 0}, {0, 1, 5, 6}, {0, 1}})
+    ->ArgsProduct({{16, 32, 128}, {1, 0}, {0, 1, 5, 6, 11, 12, 13, 15, 17}, {0, 1}})
     ->ArgNames({"tokens", "threads", "dtype", "int8"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

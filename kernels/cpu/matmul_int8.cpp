@@ -73,19 +73,27 @@ float dot_row_int8(DType dtype, const uint8_t* row, const uint8_t* xq, int64_t c
         xsum += a->qs[i];
       }
       int scale = 0, min = 0;
-      switch (dtype) {
-        case DType::kQ2_K:
-          scale = w[q2_k::scales + g] & 0xF;
-          min = w[q2_k::scales + g] >> 4;
-          break;
-        case DType::kQ3_K: scale = q3_k_scale(w + q3_k::scales, g); break;
-        case DType::kQ4_K:
-        case DType::kQ5_K: q4_k_scale_min(w + q4_k::scales, g, &scale, &min); break;
-        case DType::kIQ4_XS: scale = iq4_xs_scale(w, g); break;
-        default: scale = int8_t(w[q6_k::scales + g]); break;  // Q6_K
+      if (is_iq_grid_type(dtype)) {
+        scale = iq_int8_scale(dtype, w, g);
+      } else {
+        switch (dtype) {
+          case DType::kQ2_K:
+            scale = w[q2_k::scales + g] & 0xF;
+            min = w[q2_k::scales + g] >> 4;
+            break;
+          case DType::kQ3_K: scale = q3_k_scale(w + q3_k::scales, g); break;
+          case DType::kQ4_K:
+          case DType::kQ5_K: q4_k_scale_min(w + q4_k::scales, g, &scale, &min); break;
+          case DType::kIQ4_XS: scale = iq4_xs_scale(w, g); break;
+          default: scale = int8_t(w[q6_k::scales + g]); break;  // Q6_K
+        }
       }
       scaled += scale * dot;
       mins += min * xsum;
+    }
+    if (is_iq_grid_type(dtype)) {
+      acc = std::fma(iq_int8_d(dtype, w) * a->d, float(scaled), acc);
+      continue;
     }
     switch (dtype) {
       case DType::kQ2_K:

@@ -231,8 +231,16 @@ template <class Dot, DType D, int R, int T>
 // 16 (Q2_K: mins; Q3_K, Q6_K: the scales again, for the level offset) against sums of 16.
 // Q5_K's scales and mins are Q4_K's (the same bytes at the same offsets).
 constexpr bool has_q4_k_scales(DType d) { return d == DType::kQ4_K || d == DType::kQ5_K; }
-// IQ4_XS has one signed scale per sub-block of 32 as well (no mins), and signed grid levels.
-constexpr bool has_chunk_scales(DType d) { return has_q4_k_scales(d) || d == DType::kIQ4_XS; }
+// IQ4_XS has one signed scale per sub-block of 32 as well (no mins), and signed grid levels; so do
+// the IQ grid types with groups of 32 (their scales: quant_layout.h, iq_int8_scale).
+constexpr bool has_chunk_scales(DType d) {
+  return has_q4_k_scales(d) || d == DType::kIQ4_XS || (is_iq_grid_type(d) && group_elements(d) == 32);
+}
+// The types whose sum is scale times level dot alone: no mins, no level offset.
+constexpr bool has_scales_only(DType d) { return d == DType::kIQ4_XS || is_iq_grid_type(d); }
+// IQ2 and IQ3: unsigned grid magnitudes (at most 62) and one sign bit per weight, applied to the
+// activations (vpsignb) so that the magnitudes go straight into maddubs' unsigned operand.
+constexpr bool has_sign_bits(DType d) { return is_iq_grid_type(d) && d != DType::kIQ1_S && d != DType::kIQ1_M; }
 
 template <DType D>
 struct KScales {
@@ -243,7 +251,18 @@ struct KScales {
 template <DType D>
 [[gnu::always_inline]] inline KScales<D> k_scales(const uint8_t* b) {
   KScales<D> s;
-  if constexpr (D == DType::kIQ4_XS) {
+  if constexpr (is_iq_grid_type(D)) {
+    const auto eight = [&](int g) {
+      return _mm_setr_epi16(int16_t(iq_int8_scale(D, b, g)), int16_t(iq_int8_scale(D, b, g + 1)),
+                            int16_t(iq_int8_scale(D, b, g + 2)), int16_t(iq_int8_scale(D, b, g + 3)),
+                            int16_t(iq_int8_scale(D, b, g + 4)), int16_t(iq_int8_scale(D, b, g + 5)),
+                            int16_t(iq_int8_scale(D, b, g + 6)), int16_t(iq_int8_scale(D, b, g + 7)));
+    };
+    s.lo = _mm256_broadcastsi128_si256(eight(0));
+    s.hi = group_elements(D) == 16 ? _mm256_broadcastsi128_si256(eight(8)) : s.lo;
+    s.m_lo = _mm_setzero_si128();
+    s.m_hi = s.m_lo;
+  } else if constexpr (D == DType::kIQ4_XS) {
     const __m128i sc = _mm_setr_epi16(int16_t(iq4_xs_scale(b, 0)), int16_t(iq4_xs_scale(b, 1)),
                                       int16_t(iq4_xs_scale(b, 2)), int16_t(iq4_xs_scale(b, 3)),
                                       int16_t(iq4_xs_scale(b, 4)), int16_t(iq4_xs_scale(b, 5)),
@@ -322,6 +341,85 @@ template <DType D>
   }
 }
 
+// Chunk k of an IQ2 or IQ3 block: the grid magnitudes of its 32 weights and 0xFF where a weight is
+// negative (quant_layout.h, decode_iq_levels8, reads the same bits one weight at a time).
+struct IqChunk {
+  __m256i magnitude, negative;
+};
+
+// The 32-bit sign mask of four 7-bit sign codes (IQ2_XXS, IQ2_XS, IQ3_XXS: kIqSigns adds the parity bit).
+[[gnu::always_inline]] inline uint32_t iq_signs4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
+  return uint32_t(kIqSigns[c0]) | (uint32_t(kIqSigns[c1]) << 8) | (uint32_t(kIqSigns[c2]) << 16) |
+         (uint32_t(kIqSigns[c3]) << 24);
+}
+
+[[gnu::always_inline]] inline __m256i grid64x4(const uint64_t* grid, uint32_t i0, uint32_t i1, uint32_t i2,
+                                               uint32_t i3) {
+  return _mm256_setr_epi64x(int64_t(grid[i0]), int64_t(grid[i1]), int64_t(grid[i2]), int64_t(grid[i3]));
+}
+
+template <DType D>
+[[gnu::always_inline]] inline IqChunk iq_chunk(const uint8_t* b, int k) {
+  uint32_t signs;
+  IqChunk c;
+  if constexpr (D == DType::kIQ2_XXS) {
+    const uint8_t* q = b + iq2_xxs::qs + 8 * k;
+    const uint32_t aux = read_u32(q + 4);
+    c.magnitude = grid64x4(kIq2xxsGrid, q[0], q[1], q[2], q[3]);
+    signs = iq_signs4(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127);
+  } else if constexpr (D == DType::kIQ2_XS) {
+    const uint8_t* q = b + iq2_xs::qs + 8 * k;
+    const uint32_t v0 = read_u16(q), v1 = read_u16(q + 2), v2 = read_u16(q + 4), v3 = read_u16(q + 6);
+    c.magnitude = grid64x4(kIq2xsGrid, v0 & 511, v1 & 511, v2 & 511, v3 & 511);
+    signs = iq_signs4(v0 >> 9, v1 >> 9, v2 >> 9, v3 >> 9);
+  } else if constexpr (D == DType::kIQ2_S) {
+    const uint8_t* q = b + iq2_s::qs + 4 * k;
+    const uint32_t qh = b[iq2_s::qh + k];
+    c.magnitude = grid64x4(kIq2sGrid, q[0] | ((qh & 3) << 8), q[1] | ((qh & 12) << 6), q[2] | ((qh & 48) << 4),
+                           q[3] | ((qh & 192) << 2));
+    signs = read_u32(b + iq2_s::signs + 4 * k);
+  } else if constexpr (D == DType::kIQ3_XXS) {
+    const uint8_t* q = b + iq3_xxs::qs + 8 * k;
+    const uint32_t aux = read_u32(b + iq3_xxs::scales_signs + 4 * k);
+    c.magnitude = _mm256_setr_epi32(int(kIq3xxsGrid[q[0]]), int(kIq3xxsGrid[q[1]]), int(kIq3xxsGrid[q[2]]),
+                                    int(kIq3xxsGrid[q[3]]), int(kIq3xxsGrid[q[4]]), int(kIq3xxsGrid[q[5]]),
+                                    int(kIq3xxsGrid[q[6]]), int(kIq3xxsGrid[q[7]]));
+    signs = iq_signs4(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127);
+  } else {
+    static_assert(D == DType::kIQ3_S);
+    const uint8_t* q = b + iq3_s::qs + 8 * k;
+    const uint32_t qh = b[iq3_s::qh + k];
+    const auto at = [&](int m) { return int(kIq3sGrid[q[m] | (((qh >> m) & 1) << 8)]); };
+    c.magnitude = _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+    signs = read_u32(b + iq3_s::signs + 4 * k);
+  }
+  c.negative = bytes_from_bits(signs);
+  return c;
+}
+
+// Chunk k of an IQ1 block as signed levels 8 g + delta (g in -1, 0, 1; delta +-1 per 32 weights for
+// IQ1_S, per 8 for IQ1_M), as decode_iq_levels8.
+template <DType D>
+[[gnu::always_inline]] inline __m256i iq1_levels(const uint8_t* b, int k) {
+  const auto delta = [](uint32_t negative) { return negative ? int64_t(-1) : int64_t(0x0101010101010101); };
+  __m256i grid, deltas;
+  if constexpr (D == DType::kIQ1_S) {
+    const uint8_t* q = b + iq1_s::qs + 4 * k;
+    const uint32_t qh = read_u16(b + iq1_s::qh + 2 * k);
+    grid = grid64x4(kIq1sGrid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 3) & 7) << 8), q[2] | (((qh >> 6) & 7) << 8),
+                    q[3] | (((qh >> 9) & 7) << 8));
+    deltas = _mm256_set1_epi64x(delta(qh >> 15));
+  } else {
+    static_assert(D == DType::kIQ1_M);
+    const uint8_t* q = b + iq1_m::qs + 4 * k;
+    const uint32_t qh = read_u16(b + iq1_m::qh + 2 * k);  // two nibbles per byte: 3 grid bits, the delta's sign
+    grid = grid64x4(kIq1sGrid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 4) & 7) << 8), q[2] | (((qh >> 8) & 7) << 8),
+                    q[3] | (((qh >> 12) & 7) << 8));
+    deltas = _mm256_setr_epi64x(delta((qh >> 3) & 1), delta((qh >> 7) & 1), delta((qh >> 11) & 1), delta((qh >> 15) & 1));
+  }
+  return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), deltas);
+}
+
 // One K-type super-block (see matmul_rows_int8_scalar for the f32 step of each type). Per (row,
 // token): scaled = sum over groups of scale * (levels . x) with the levels as stored, mins = sum over
 // groups of (min or scale) * sum(x); Q3_K and Q6_K fold the offset in: isum = scaled - offset * mins.
@@ -344,23 +442,48 @@ template <class Dot, DType D, int R, int T>
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       scaled[r * T + t] = _mm256_setzero_si256();
-      mins[r * T + t] = has_q4_k_scales(D) ? _mm_madd_epi16(s.m_lo, bs_a[t])
-                                          : _mm_add_epi32(_mm_madd_epi16(s.m_lo, bs_a[t]), _mm_madd_epi16(s.m_hi, bs_b[t]));
+        if constexpr (!has_scales_only(D))
+        mins[r * T + t] = has_q4_k_scales(D) ? _mm_madd_epi16(s.m_lo, bs_a[t])
+                                            : _mm_add_epi32(_mm_madd_epi16(s.m_lo, bs_a[t]), _mm_madd_epi16(s.m_hi, bs_b[t]));
     }
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
-      const __m256i u = chunk_levels<D>(blk[r], k), sc = chunk_scales<D>(s, k);
+      const __m256i sc = chunk_scales<D>(s, k);
+      if constexpr (has_sign_bits(D)) {
+        // Magnitudes times the activations with the weights' signs (|x| <= 127 stays in range).
+        const IqChunk c = iq_chunk<D>(blk[r], k);
+        const __m256i flip = _mm256_or_si256(c.negative, _mm256_set1_epi8(1));
+#pragma GCC unroll 4
+        for (int t = 0; t < T; ++t)
+          scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], c.magnitude,
+                                                  _mm256_sign_epi8(load256(a[t]->qs + 32 * k), flip), sc);
+        continue;
+      }
+      __m256i u;
+      if constexpr (D == DType::kIQ1_S || D == DType::kIQ1_M)
+        u = iq1_levels<D>(blk[r], k);
+      else
+        u = chunk_levels<D>(blk[r], k);
 #pragma GCC unroll 4
       for (int t = 0; t < T; ++t) {
         const __m256i x = load256(a[t]->qs + 32 * k);
-        if constexpr (D == DType::kIQ4_XS)  // signed levels: the sign trick (|w| <= 127, no saturation)
+        if constexpr (has_scales_only(D))  // signed levels: the sign trick (|w| <= 127, no saturation)
           scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], _mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u), sc);
         else
           scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], u, x, sc);
       }
     }
   }
-  if constexpr (D == DType::kIQ4_XS) {
+  if constexpr (is_iq_grid_type(D)) {
+    // The block factor of quant_layout.h's iq_int8_d per row, times each token's d.
+    __m128 dd;
+    if constexpr (R == 4)
+      dd = _mm_mul_ps(_mm_setr_ps(iq_int8_d(D, blk[0]), iq_int8_d(D, blk[1]), iq_int8_d(D, blk[2]), iq_int8_d(D, blk[3])),
+                      _mm_set1_ps(dx[0]));
+    else
+      dd = _mm_mul_ps(_mm_set1_ps(iq_int8_d(D, blk[0])), _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]));
+    return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(hsum4(scaled[0], scaled[1], scaled[2], scaled[3])), acc);
+  } else if constexpr (D == DType::kIQ4_XS) {
     const __m128i isum = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
     return _mm_fmadd_ps(lane_products<R, T>(blk, iq4_xs::d, dx), _mm_cvtepi32_ps(isum), acc);
   } else if constexpr (has_q4_k_scales(D) || D == DType::kQ2_K) {

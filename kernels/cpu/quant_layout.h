@@ -184,6 +184,30 @@ inline void decode_iq_factors(DType dtype, const uint8_t* b, float* mul) {
   }
 }
 
+// The 8-bit-activation path's view of the same factors (matmul_int8*): an integer scale per group,
+// 2 s + 1 (the 0.5 + s above, doubled; IQ3_S's 1 + 2 s as it is), and one f32 factor per block
+// that holds d and the power of two left over: d / 8 (IQ2, IQ1), d / 4 (IQ3_XXS), d (IQ3_S).
+inline int iq_int8_scale(DType dtype, const uint8_t* b, int g) {
+  const auto nibble = [&](int at) { return (b[at + g / 2] >> (4 * (g % 2))) & 0xF; };
+  switch (dtype) {
+    case DType::kIQ2_XXS: return 2 * int(read_u32(b + iq2_xxs::qs + 8 * g + 4) >> 28) + 1;
+    case DType::kIQ2_XS: return 2 * nibble(iq2_xs::scales) + 1;
+    case DType::kIQ2_S: return 2 * nibble(iq2_s::scales) + 1;
+    case DType::kIQ3_XXS: return 2 * int(read_u32(b + iq3_xxs::scales_signs + 4 * g) >> 28) + 1;
+    case DType::kIQ3_S: return 2 * nibble(iq3_s::scales) + 1;
+    case DType::kIQ1_S: return 2 * int((read_u16(b + iq1_s::qh + 2 * g) >> 12) & 7) + 1;
+    default: return 2 * int((read_u16(b + iq1_m::scales + 2 * (g / 4)) >> (3 * (g % 4))) & 7) + 1;  // IQ1_M
+  }
+}
+inline float iq_int8_d(DType dtype, const uint8_t* b) {
+  switch (dtype) {
+    case DType::kIQ3_XXS: return read_f16(b) * 0.25f;
+    case DType::kIQ3_S: return read_f16(b);
+    case DType::kIQ1_M: return iq1_m_d(b) * 0.125f;
+    default: return read_f16(b) * 0.125f;  // IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S: d is the first field
+  }
+}
+
 // q[0..8) = the levels of weights [i, i + 8) of an IQ block (i a multiple of 8).
 [[gnu::always_inline]] inline void decode_iq_levels8(DType dtype, const uint8_t* b, int i, int8_t* q) {
   const int group8 = i / 8, sub = i / 32, k = (i % 32) / 8;  // k: the 8-weight group within its 32

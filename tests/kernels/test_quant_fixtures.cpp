@@ -146,14 +146,14 @@ TEST(QuantFixtures, IqGridTypesDequantizeAsGguf) {
   for (const char* type : kIqGridTypes) {
     const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
     ASSERT_FALSE(f.input.empty()) << type;
-    EXPECT_FALSE(find_block_type(f.dtype)->int8_kernels) << type;  // ops must take the f32 path
     expect_gguf_dequantization(f, std::string("random ") + type);
   }
 }
 
-// ops::matmul over those rows (the f32 path, which is the only one these types have), on every
-// ISA and in both activation modes, against the double product of gguf's dequantized weights
-// within the f32 summation bound (n + 1) u sum |w x|; a token alone gives the batch's bits.
+// ops::matmul over those rows on every ISA against the double product of gguf's dequantized
+// weights: the f32 path within the f32 summation bound (n + 1) u sum |w x|, the 8-bit-activation
+// path within the activations' rounding bound (test_util.h) and bit for bit the scalar
+// reference's; a token alone gives the batch's bits.
 TEST(QuantFixtures, IqGridTypesMatmulMatchesGgufDequantizedProduct) {
   test::IsaGuard guard;
   ThreadPool pool(2);
@@ -163,14 +163,24 @@ TEST(QuantFixtures, IqGridTypesMatmulMatchesGgufDequantizedProduct) {
     const int64_t n_tokens = 3;
     const auto x = test::random_floats(n_tokens * f.cols, uint32_t(f.cols));
     const WeightView w{f.quantized.data(), f.dtype, f.rows, f.cols};
+    const test::QuantWeights stored{f.dtype, f.rows, f.cols, f.quantized, f.expected};
     for (const auto mode : {ops::BlockActivationMode::kF32, ops::BlockActivationMode::kInt8}) {
       test::BlockModeGuard mode_guard(mode);
+      std::vector<float> scalar;
       for (Isa isa : test::available_isas()) {
         set_isa(isa);
         std::vector<float> y(size_t(n_tokens * f.rows), std::nanf("")), single(size_t(f.rows));
         ops::matmul(y.data(), x.data(), w, n_tokens, pool);
-        test::expect_matches_reference(y, x, f.expected, f.rows, f.cols, n_tokens,
-                                       std::string(type) + " " + isa_name(isa));
+        const std::string what = std::string(type) + " " + isa_name(isa);
+        if (mode == ops::BlockActivationMode::kF32) {
+          test::expect_matches_reference(y, x, f.expected, f.rows, f.cols, n_tokens, what);
+        } else {
+          double error2 = 0.0, energy = 0.0;
+          test::expect_within_activation_rounding(y, x, stored, n_tokens, what + " 8-bit", &error2, &energy);
+          if (isa == Isa::kScalar) scalar = y;
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(scalar[i])) << what << " 8-bit, element " << i;
+        }
         ASSERT_FALSE(::testing::Test::HasFatalFailure());
         for (int64_t t = 0; t < n_tokens; ++t) {
           ops::matmul(single.data(), x.data() + t * f.cols, w, 1, pool);
