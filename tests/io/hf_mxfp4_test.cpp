@@ -16,7 +16,7 @@ namespace {
 
 using test::kFixtures;
 
-// One tensor to write: its bytes are a run of `fill`, enough for the shape.
+// One tensor to write, its bytes a fixed pattern sized for the shape.
 struct Spec {
   std::string name;
   DType dtype;
