@@ -52,9 +52,15 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+namespace io_detail {
+struct MadeTensor;
+}
+
 // All tensors of a model folder: model.safetensors, or model.safetensors.index.json and its
 // shards (every weight_map entry must exist in its shard; names unique across shards), or any
-// single *.safetensors file given directly.
+// single *.safetensors file given directly. A weight stored as Hugging Face's MXFP4 pair
+// (X_blocks and X_scales, U8, as gpt-oss ships) is found as one tensor X of dtype MXFP4 in GGUF's
+// block layout (a repacked copy the store owns); the pair itself is not listed.
 class TensorStore {
  public:
   static TensorStore open(const std::filesystem::path& dir_or_file);
@@ -67,8 +73,11 @@ class TensorStore {
   std::optional<std::string> metadata(std::string_view key) const;
 
  private:
+  static TensorStore open_files(const std::filesystem::path& dir_or_file);
+
   std::filesystem::path source_;  // what open() was given, for error messages
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::vector<std::shared_ptr<const io_detail::MadeTensor>> made_;  // the MXFP4 pairs, repacked
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
 };
 

@@ -130,6 +130,10 @@ WidenResult widen_model(const fs::path& model_dir, const fs::path& out_dir, cons
   const TensorStore store = TensorStore::open(model_dir);
   std::vector<PlannedTensor> planned;
   for (const TensorInfo* tensor : store.all()) {
+    // A block type (MXFP4 from a *_blocks / *_scales pair) has no per-element size to pad rows with.
+    if (dtype_is_block(tensor->dtype))
+      throw_error("{}: tensor {}: {} weights cannot be widened (F32, F16 or BF16 only)", tensor->file, tensor->name,
+                  dtype_name(tensor->dtype));
     PlannedTensor t{tensor, TensorRole::kTokenEmbd, tensor->shape, tensor->n_bytes};
     if (const auto it = roles.find(tensor->name); it != roles.end()) {
       t.role = it->second;

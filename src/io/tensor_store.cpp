@@ -9,6 +9,7 @@
 
 #include "chronos/error.h"
 #include "chronos/safetensors.h"
+#include "io/hf_mxfp4.h"
 
 namespace chronos {
 namespace {
@@ -47,6 +48,19 @@ std::map<std::string, std::string, std::less<>> read_weight_map(const std::files
 }  // namespace
 
 TensorStore TensorStore::open(const std::filesystem::path& dir_or_file) {
+  TensorStore store = open_files(dir_or_file);
+  // After every shard is in: a pair's two tensors may sit in different shards.
+  store.made_ = io_detail::present_hf_mxfp4(store.by_name_);
+  for (const auto& made : store.made_) {
+    const std::string& name = made->info.name;
+    store.by_name_.erase(name + "_blocks");
+    store.by_name_.erase(name + "_scales");
+    store.by_name_.emplace(name, &made->info);
+  }
+  return store;
+}
+
+TensorStore TensorStore::open_files(const std::filesystem::path& dir_or_file) {
   TensorStore store;
   store.source_ = dir_or_file;
   std::error_code error;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <tuple>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -198,6 +200,30 @@ TEST_F(QuantizedPack, LogitsAreTheSameBitsOnAnyThreadCount) {
     for (size_t i = 0; i < one.size(); ++i) differing += std::bit_cast<uint32_t>(one[i]) != std::bit_cast<uint32_t>(other[i]);
     EXPECT_EQ(differing, 0u) << threads << " threads against 1";
   }
+}
+
+// A checkpoint whose experts are Hugging Face MXFP4 pairs (X_blocks + X_scales): the pack keeps
+// them as MXFP4, byte for byte, and computes what the checkpoint computes.
+TEST_F(QuantizedPack, HfMxfp4ExpertsStayMxfp4) {
+  const fs::path source = fs::path(CHRONOS_TEST_DATA_DIR) / "hf_mxfp4" / "mixtral-mxfp4";
+  const fs::path packed = pack(source, std::nullopt, std::nullopt, "hf-mxfp4");
+  const PackManifest manifest = PackManifest::load(packed);
+  EXPECT_EQ(manifest.dtype, "MXFP4");
+  EXPECT_TRUE(manifest.dtypes.empty());
+  const auto checkpoint = Model::load(source);
+  for (const auto& [key, e] : manifest.experts) {
+    const auto cluster = SafetensorsFile::open(packed / manifest.clusters.at(size_t(e.cluster)).file);
+    const FfnWeights& w = checkpoint->weights().layers[size_t(key.layer)].experts[size_t(key.expert)];
+    for (const auto& [proj, t, view] : {std::tuple{"gate", &e.gate, &w.gate}, std::tuple{"up", &e.up, &w.up},
+                                        std::tuple{"down", &e.down, &w.down}}) {
+      ASSERT_EQ(t->dtype, DType::kMXFP4) << "layer " << key.layer << " expert " << key.expert << " " << proj;
+      const TensorInfo* stored = cluster->find(ctsr_tensor_name(key, proj));
+      ASSERT_NE(stored, nullptr);
+      ASSERT_EQ(stored->n_bytes, view->rows * dtype_row_bytes(DType::kMXFP4, view->cols));
+      EXPECT_EQ(std::memcmp(stored->data, view->data, size_t(stored->n_bytes)), 0) << proj;
+    }
+  }
+  EXPECT_EQ(max_abs_diff(logits(packed), logits(source)), 0.0);
 }
 
 TEST_F(QuantizedPack, DenseMetadataIsCheckedAtLoad) {

@@ -199,6 +199,20 @@ TEST_F(WidenTest, RefusesANarrowerOrEqualSize) {
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
+TEST_F(WidenTest, RefusesBlockQuantizedWeights) {
+  // Experts stored as Hugging Face MXFP4 pairs load as MXFP4 (a block type): refused by name.
+  const fs::path source = fs::path(CHRONOS_TEST_DATA_DIR) / "hf_mxfp4" / "mixtral-mxfp4";
+  try {
+    widen_model(source, dir_ / "out", {.expert_ffn = kWideFfn});
+    ADD_FAILURE() << "widened MXFP4 experts";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("tensor model.layers.0.block_sparse_moe.experts.0.w1.weight: MXFP4"), std::string::npos)
+        << message;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
 TEST_F(WidenTest, RefusesAnExistingOutputFolder) {
   fs::create_directories(dir_ / "out");
   std::ofstream(dir_ / "out" / "keep.txt") << "mine";
