@@ -32,6 +32,7 @@ import gguf
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import gguf_vocab  # noqa: E402
+import make_quant_fixtures  # noqa: E402
 
 
 def write_reader_fixture(path: pathlib.Path) -> None:
@@ -82,7 +83,8 @@ ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
                   ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
                   ("mixtral", "q4_k_m")]
-FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32}  # llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16)
+FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32, "mixed": 19}
+# llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16, 19: MOSTLY_IQ2_XXS, the type of most expert bytes of mixed-types.gguf)
 
 
 def use_more_bits(layer: int, n_layer: int) -> bool:
@@ -202,7 +204,7 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
         writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if model_type == "qwen2_moe":
         writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
-    if model_type == "qwen3_moe":
+    if model_type == "qwen3_moe" or cfg.get("head_dim"):  # a head size other than hidden / heads
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
@@ -278,14 +280,116 @@ def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path) -> None:
             write_model_fixture(source, tensors, out / f"{model_type}-{file_type}.gguf", file_type)
 
 
+# The mixed-type fixture: a Mixtral-architecture model wide enough (hidden 256) for the 256-weight
+# types, each matrix in its own type, and every block type Chronos reads but Q4_0, Q5_0, Q2_K and
+# Q3_K (which the other fixtures hold) used at least once. (HF name, type); experts per projection.
+MIXED_CONFIG = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 256,
+                "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "num_hidden_layers": 2, "vocab_size": 384,
+                "max_position_embeddings": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+                "tie_word_embeddings": False, "hidden_act": "silu", "eos_token_id": 0, "bos_token_id": None}
+MIXED_TYPES = {
+    "model.embed_tokens.weight": "Q6_K",  # [384, 256]
+    "lm_head.weight": "Q8_0",  # [384, 256]
+    # [64, 256], [32, 256], [32, 256], [256, 64]: q, k, v, o
+    "model.layers.0.self_attn.q_proj.weight": "IQ3_S", "model.layers.0.self_attn.k_proj.weight": "IQ1_S",
+    "model.layers.0.self_attn.v_proj.weight": "IQ1_M", "model.layers.0.self_attn.o_proj.weight": "IQ4_NL",
+    "model.layers.1.self_attn.q_proj.weight": "IQ4_XS", "model.layers.1.self_attn.k_proj.weight": "Q4_K",
+    "model.layers.1.self_attn.v_proj.weight": "Q5_K", "model.layers.1.self_attn.o_proj.weight": "Q4_1",
+    # experts [32, 256] (w1 gate, w3 up) and [256, 32] (w2 down): three types in one expert
+    "model.layers.0.block_sparse_moe.experts.w1": "IQ2_XXS", "model.layers.0.block_sparse_moe.experts.w3": "IQ2_XS",
+    "model.layers.0.block_sparse_moe.experts.w2": "MXFP4",
+    "model.layers.1.block_sparse_moe.experts.w1": "IQ2_S", "model.layers.1.block_sparse_moe.experts.w3": "IQ3_XXS",
+    "model.layers.1.block_sparse_moe.experts.w2": "Q5_1",
+}
+# The types gguf's numpy code quantizes (normal values in, rounded as llama.cpp does); the others
+# get random valid blocks (make_quant_fixtures.py), their scales sized for the same spread of values.
+GGUF_QUANTIZES = ("Q8_0", "Q4_1", "Q5_1", "MXFP4")
+
+
+def mixed_matrix(type_name: str, rows: int, cols: int, seed: int) -> np.ndarray:
+    """A [rows, cols] matrix of type_name whose values spread about 1/sqrt(cols) (activations keep
+    their scale through the layers): float32 for F32, else uint8 [rows, row bytes]."""
+    target = 1.0 / np.sqrt(cols)
+    if type_name == "F32" or type_name in GGUF_QUANTIZES:
+        values = np.random.default_rng(seed).normal(0.0, target, (rows, cols)).astype(np.float32)
+        return values if type_name == "F32" else gguf.quants.quantize(values, ggml_type(type_name))
+    block, block_bytes = BLOCKS.get(type_name, (256, None))
+    lower = type_name.lower()
+
+    def blocks(scale_sd: float) -> np.ndarray:
+        rng = np.random.default_rng(seed)  # the same bytes but the scales, whatever the sd
+        n_blocks = rows * cols // block
+        q = (make_quant_fixtures.random_valid_iq_blocks(lower, rng, n_blocks, scale_sd)
+             if lower in make_quant_fixtures.IQ_GRID_TYPES else
+             make_quant_fixtures.random_valid_blocks(lower, rng, n_blocks, scale_sd))
+        return q.reshape(rows, -1)
+
+    # The values scale with the f16 scales: measure the spread at sd 1, then size them.
+    spread = float(np.std(gguf.quants.dequantize(blocks(1.0), ggml_type(type_name))))
+    return blocks(target / spread)
+
+
+def write_mixed_fixtures(out: pathlib.Path) -> None:
+    """mixed-types.gguf and mixed-types-f32.gguf, the same model with every tensor replaced by gguf's
+    dequantization of it (gguf.quants.dequantize, independent of Chronos's decoders)."""
+    c = MIXED_CONFIG
+    n_embd, head_dim, n_ff, n_expert = c["hidden_size"], c["head_dim"], c["intermediate_size"], c["num_local_experts"]
+    shapes = {"model.embed_tokens.weight": (c["vocab_size"], n_embd), "lm_head.weight": (c["vocab_size"], n_embd)}
+    vectors = ["model.norm.weight"]
+    for layer in range(c["num_hidden_layers"]):
+        prefix = f"model.layers.{layer}."
+        shapes[prefix + "self_attn.q_proj.weight"] = (c["num_attention_heads"] * head_dim, n_embd)
+        shapes[prefix + "self_attn.k_proj.weight"] = (c["num_key_value_heads"] * head_dim, n_embd)
+        shapes[prefix + "self_attn.v_proj.weight"] = (c["num_key_value_heads"] * head_dim, n_embd)
+        shapes[prefix + "self_attn.o_proj.weight"] = (n_embd, c["num_attention_heads"] * head_dim)
+        shapes[prefix + "block_sparse_moe.gate.weight"] = (n_expert, n_embd)  # the router: F32
+        for expert in range(n_expert):
+            for proj, shape in (("w1", (n_ff, n_embd)), ("w3", (n_ff, n_embd)), ("w2", (n_embd, n_ff))):
+                shapes[f"{prefix}block_sparse_moe.experts.{expert}.{proj}.weight"] = shape
+        vectors += [prefix + "input_layernorm.weight", prefix + "post_attention_layernorm.weight"]
+
+    mixed, reference = Checkpoint.__new__(Checkpoint), Checkpoint.__new__(Checkpoint)
+    mixed.tensors, reference.tensors = {}, {}
+    for seed, (name, shape) in enumerate(sorted(shapes.items())):
+        parts = name.split(".")
+        key = ".".join(parts[:5] + parts[6:7]) if ".experts." in name else name
+        type_name = MIXED_TYPES.get(key, "F32")
+        array = mixed_matrix(type_name, *shape, seed=100 + seed)
+        mixed.tensors[name] = (array, type_name)
+        values = array if type_name == "F32" else gguf.quants.dequantize(array, ggml_type(type_name))
+        assert values.shape == shape and np.all(np.isfinite(values)), (name, type_name)
+        reference.tensors[name] = (values.astype(np.float32), "F32")
+    rng = np.random.default_rng(99)
+    for name in vectors:
+        norm = (1.0 + rng.normal(0.0, 0.1, n_embd)).astype(np.float32)
+        mixed.tensors[name] = reference.tensors[name] = (norm, "F32")
+    assert set(MIXED_TYPES.values()) >= {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M",
+                                         "IQ4_XS", "IQ4_NL", "MXFP4", "Q4_K", "Q5_K", "Q6_K", "Q4_1", "Q5_1", "Q8_0"}
+
+    with tempfile.TemporaryDirectory() as work:
+        source = pathlib.Path(work) / "mixtral-mixed-types"  # general.name comes from the folder
+        source.mkdir()
+        (source / "config.json").write_text(json.dumps(c, indent=2))
+        for side in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(out.parent / "models" / "mixtral-f32" / side, source / side)
+        write_model_fixture(source, mixed, out / "mixed-types.gguf", "mixed")
+        write_model_fixture(source, reference, out / "mixed-types-f32.gguf", "f32")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = pathlib.Path(__file__).resolve().parent.parent
     parser.add_argument("--out", type=pathlib.Path, default=root / "tests" / "fixtures" / "gguf")
     parser.add_argument("--chronos", type=pathlib.Path, default=root / "build" / "release" / "chronos",
                         help="the chronos binary that writes the quantized packs")
+    parser.add_argument("--mixed-only", action="store_true",
+                        help="write only mixed-types.gguf and mixed-types-f32.gguf (no chronos binary needed)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    write_mixed_fixtures(args.out)
+    if args.mixed_only:
+        return
     write_reader_fixture(args.out / "reader.gguf")
     write_model_fixtures(args.out, args.chronos)
 

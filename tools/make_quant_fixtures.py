@@ -100,19 +100,34 @@ def chronos_quantize(binary: Path, type_name: str, x: np.ndarray) -> np.ndarray:
         return quantized.reshape(x.shape[0], x.shape[1] // block * block_bytes)
 
 
+# Byte offsets of the f16 fields (scales, Q4_1/Q5_1's m, the K types' d and dmin) in one block.
+F16_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "iq4_nl": (0,),
+              "iq4_xs": (0,), "q2_k": (80, 82), "q3_k": (108,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+
+def random_valid_blocks(type_name: str, rng: np.random.Generator, n_blocks: int, scale_sd: float = 0.01) -> np.ndarray:
+    """[n_blocks, block bytes] of random valid blocks of a non-IQ-grid type: its f16 fields finite
+    (normal, sd scale_sd), every other byte random (quants, packed sub-block scales, high bits)."""
+    block_bytes = BLOCK_BYTES[type_name][1]
+    q = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    fields = F16_FIELDS[type_name]
+    scales = rng.normal(0.0, scale_sd, (n_blocks, len(fields))).astype(np.float16).view(np.uint8)
+    for k, at in enumerate(fields):
+        q[:, at:at + 2] = scales[:, 2 * k:2 * k + 2]
+    return q
+
+
 def random_blocks(type_name: str) -> np.ndarray:
     """[rows, row bytes] of random valid blocks: MXFP4 takes every E8M0 byte 0..255 once (256 blocks);
     the others finite f16 scales (normal, sd 0.01; Q4_1/Q5_1's m too) and random bytes elsewhere."""
     block, block_bytes = BLOCK_BYTES[type_name]
     rng = np.random.default_rng(2000 + TYPES.index(type_name))
     n_blocks = 256 if type_name == "mxfp4" else 32
-    q = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     if type_name == "mxfp4":
+        q = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
         q[:, 0] = rng.permutation(256).astype(np.uint8)
     else:
-        n_f16 = 2 if type_name in ("q4_1", "q5_1") else 1
-        scales = rng.normal(0.0, 0.01, (n_blocks, n_f16)).astype(np.float16)
-        q[:, :2 * n_f16] = scales.view(np.uint8).reshape(n_blocks, 2 * n_f16)
+        q = random_valid_blocks(type_name, rng, n_blocks)
     rows = 8
     return q.reshape(rows, n_blocks // rows * block_bytes)
 
@@ -120,12 +135,19 @@ def random_blocks(type_name: str) -> np.ndarray:
 def random_iq_blocks(type_name: str) -> np.ndarray:
     """[8 rows, row bytes] of random IQ blocks whose grid indices, shuffled, cover the whole grid;
     f16 d finite (normal, sd 0.01), every other bit random."""
-    block_bytes, grid_size, per_block = IQ_GRID_TYPES[type_name]
+    grid_size, per_block = IQ_GRID_TYPES[type_name][1:]
     rng = np.random.default_rng(3000 + sorted(IQ_GRID_TYPES).index(type_name))
     n_blocks = max(8, grid_size // per_block)
+    return random_valid_iq_blocks(type_name, rng, n_blocks).reshape(8, -1)
+
+
+def random_valid_iq_blocks(type_name: str, rng: np.random.Generator, n_blocks: int, d_sd: float = 0.01) -> np.ndarray:
+    """[n_blocks, block bytes] of random blocks of an IQ grid type: the grid indices, shuffled, cover
+    the grid as far as n_blocks allow; f16 d finite (normal, sd d_sd); every other bit random."""
+    block_bytes, grid_size, per_block = IQ_GRID_TYPES[type_name]
     q = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     index = rng.permutation(np.resize(np.arange(grid_size), n_blocks * per_block)).reshape(n_blocks, per_block)
-    d = rng.normal(0.0, 0.01, (n_blocks, 1)).astype(np.float16).view(np.uint16)[:, 0]
+    d = rng.normal(0.0, d_sd, (n_blocks, 1)).astype(np.float16).view(np.uint16)[:, 0]
     if type_name == "iq1_m":  # d's four nibbles are the top nibbles of the four u16 scale words
         words = q[:, 48:56].copy().view("<u2")
         for k in range(4):
@@ -166,7 +188,7 @@ def random_iq_blocks(type_name: str) -> np.ndarray:
         for g in range(32):
             shift = 4 * (g % 2)
             q[:, 32 + g // 2] = (q[:, 32 + g // 2] & ~np.uint8(7 << shift)) | ((index[:, g] >> 8) << shift).astype(np.uint8)
-    return q.reshape(8, n_blocks // 8 * block_bytes)
+    return q
 
 
 def main() -> int:

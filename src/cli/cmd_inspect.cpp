@@ -4,11 +4,13 @@
 
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
+#include "chronos/gguf.h"
 #include "chronos/model.h"
 #include "chronos/pack_format.h"
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <optional>
 #include "cli/commands.h"
 
@@ -122,6 +124,16 @@ std::vector<TensorClass> tensor_classes(const Model& model, const std::optional<
   return classes;
 }
 
+// A GGUF file's tensors counted by stored type, in ggml id order: what the file holds as written
+// (a stacked expert tensor counts once), names as GGUF gives them.
+std::vector<std::pair<std::string, int64_t>> gguf_type_counts(const std::filesystem::path& file) {
+  std::map<uint32_t, int64_t> counts;
+  for (const GgufTensor& t : GgufFile::open(file)->tensors()) ++counts[t.ggml_type];
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [id, n] : counts) out.emplace_back(ggml_type_name(id), n);
+  return out;
+}
+
 int run_inspect(const InspectArgs& args) {
   if (!args.model.empty() && !args.positional.empty()) throw UsageError("give the model folder once (-m or positional)");
   const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
@@ -134,6 +146,8 @@ int run_inspect(const InspectArgs& args) {
   std::optional<PackManifest> manifest;
   if (model->experts_streamed()) manifest = PackManifest::parse(dir);
   const std::vector<TensorClass> classes = tensor_classes(*model, manifest);
+  std::vector<std::pair<std::string, int64_t>> file_types;  // GGUF input only
+  if (is_gguf_path(dir)) file_types = gguf_type_counts(dir);
   const int64_t total_params = s.dense_params + s.expert_params;
   const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
   if (args.json) {
@@ -151,6 +165,10 @@ int run_inspect(const InspectArgs& args) {
     j["tensor_classes"] = nlohmann::json::array();
     for (const TensorClass& tc : classes)
       j["tensor_classes"].push_back({{"class", tc.name}, {"types", tc.types}, {"bytes", tc.bytes}});
+    if (!file_types.empty()) {
+      j["gguf_tensor_types"] = nlohmann::json::array();
+      for (const auto& [type, n] : file_types) j["gguf_tensor_types"].push_back({{"type", type}, {"tensors", n}});
+    }
     if (pack) {
       const PackSummaryView& v = *pack;
       j["pack"] = {{"clusters", v.clusters}, {"experts", v.experts}, {"method", v.method},
@@ -178,6 +196,15 @@ int run_inspect(const InspectArgs& args) {
   for (size_t i = 0; i < classes.size(); ++i)
     fmt::print("{:<17}{:<19} {:<12} {}\n", i == 0 ? "weights" : "", classes[i].name,
                fmt::format("{}", fmt::join(classes[i].types, ",")), human_bytes(classes[i].bytes));
+  if (!file_types.empty()) {
+    int64_t n_tensors = 0;
+    std::vector<std::string> counts;
+    for (const auto& [type, n] : file_types) {
+      n_tensors += n;
+      counts.push_back(fmt::format("{} {}", type, n));
+    }
+    fmt::print("GGUF tensors     {}: {}\n", n_tensors, fmt::join(counts, ", "));
+  }
   if (pack) {
     const PackSummaryView& v = *pack;
     fmt::print("pack             {} clusters ({}), {} experts; cluster files {} .. {} (median {})\n", v.clusters,

@@ -2,9 +2,12 @@
 // and the errors of a damaged file; and low-bit misses from the command line.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "chronos/block_types.h"
 #include "cli/cli_runner.h"
 
 namespace chronos {
@@ -42,7 +45,8 @@ TEST_F(GgufCli, F32FileGeneratesTheSafetensorsCheckpointsText) {
 }
 
 TEST_F(GgufCli, PackOfAGgufFileGeneratesWhatTheFileDoes) {
-  for (const char* name : {"mixtral-f32", "qwen2_moe-q8_0", "olmoe-q4_k", "qwen3_moe-f16", "mixtral-q4_k_m"}) {
+  for (const char* name : {"mixtral-f32", "qwen2_moe-q8_0", "olmoe-q4_k", "qwen3_moe-f16", "mixtral-q4_k_m",
+                           "mixed-types"}) {
     const fs::path file = kFixtures / "gguf" / (std::string(name) + ".gguf");
     const fs::path pack = work_ / name;
     const RunResult packed = run_chronos({"pack", "-m", file.string(), "-o", pack.string(), "--cluster", "none"}, work_);
@@ -77,6 +81,90 @@ TEST_F(GgufCli, InspectListsEveryTypeOfAMixedFile) {
     const std::string line = r.out.substr(down, r.out.find('\n', down) - down);
     EXPECT_NE(line.find("Q5_0,Q8_0"), std::string::npos) << line;
   }
+}
+
+// A file with a matrix in each of 16 block types: inspect counts the file's tensors by stored
+// type, in text and in JSON.
+TEST_F(GgufCli, InspectCountsTheTensorsOfEachStoredType) {
+  const std::string file = (kFixtures / "gguf" / "mixed-types.gguf").string();
+  const RunResult r = run_chronos({"inspect", file}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GGUF tensors     23: F32 7, Q4_1 1, Q5_1 1, Q8_0 1, Q4_K 1, Q5_K 1, Q6_K 1, IQ2_XXS 1, "
+                       "IQ2_XS 1, IQ3_XXS 1, IQ1_S 1, IQ4_NL 1, IQ3_S 1, IQ2_S 1, IQ4_XS 1, IQ1_M 1, MXFP4 1\n"),
+            std::string::npos)
+      << r.out;
+  const RunResult json = run_chronos({"inspect", file, "--json"}, work_);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"type\": \"IQ2_XXS\""), std::string::npos) << json.out;
+  // A folder has no GGUF tensors to count.
+  const RunResult folder = run_chronos({"inspect", (kFixtures / "models" / "mixtral-f32").string()}, work_);
+  ASSERT_EQ(folder.exit_code, 0) << folder.err;
+  EXPECT_EQ(folder.out.find("GGUF tensors"), std::string::npos) << folder.out;
+}
+
+// A tensor whose ggml type is unknown (99), or known to ggml but not read by Chronos (TQ1_0, NVFP4),
+// stops every command with one line naming the tensor and the type, exit 1.
+TEST_F(GgufCli, UnsupportedTensorTypeIsOneLineNamingTheTensorAndTheType) {
+  const std::string source = testing::slurp(kFixtures / "gguf" / "mixed-types.gguf");
+  const std::string victim = "blk.1.ffn_gate_exps.weight";  // 3 dimensions: the type follows 3 u64 dims
+  std::string encoded(8, '\0');
+  const uint64_t length = victim.size();
+  std::memcpy(encoded.data(), &length, 8);
+  encoded += victim;
+  const size_t name_at = source.find(encoded);
+  ASSERT_NE(name_at, std::string::npos);
+  const size_t type_at = name_at + encoded.size() + 4 + 3 * 8;
+  uint32_t stored = 0;
+  std::memcpy(&stored, source.data() + type_at, 4);
+  ASSERT_EQ(stored, 22u) << "IQ2_S";
+  for (const auto& [id, name] : {std::pair<uint32_t, std::string>{99, "type 99"}, {34, "TQ1_0"}, {40, "NVFP4"}}) {
+    std::string bytes = source;
+    std::memcpy(bytes.data() + type_at, &id, 4);
+    const fs::path file = work_ / "retyped.gguf";
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+    for (const char* command : {"inspect", "generate", "pack"}) {
+      std::vector<std::string> args = {command};
+      if (std::string(command) != "inspect") args.push_back("-m");
+      args.push_back(file.string());
+      if (std::string(command) == "pack") args.insert(args.end(), {"-o", (work_ / "p").string(), "--cluster", "none"});
+      if (std::string(command) == "generate") args.insert(args.end(), {"-p", "hi"});
+      const RunResult r = run_chronos(args, work_);
+      EXPECT_EQ(r.exit_code, 1) << name << " " << command << ": " << r.err;
+      ASSERT_EQ(r.err_lines().size(), 1u) << name << " " << command << ": " << r.err;
+      EXPECT_NE(r.err.find("tensor " + victim + ": ggml type " + name + " is not supported (supported: "),
+                std::string::npos)
+          << r.err;
+      EXPECT_NE(r.err.find("IQ2_S"), std::string::npos) << "the list of supported types: " << r.err;
+      EXPECT_FALSE(fs::exists(work_ / "p")) << "no half-written pack";
+    }
+  }
+}
+
+// pack's help lists the types Chronos quantizes to, from the block-type table, and no read-only one;
+// a low-bit copy may be any of them, made from a file of mixed types, and a read-only type is refused.
+TEST_F(GgufCli, PackListsItsTypesAndTakesLowbitCopiesOfMixedTypes) {
+  const RunResult help = run_chronos({"pack", "--help"}, work_);
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  for (const BlockType& type : kBlockTypes) {
+    std::string lower(type.name);
+    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    EXPECT_EQ(help.out.find(lower + ",") != std::string::npos || help.out.find(lower + " ") != std::string::npos ||
+                  help.out.find(lower + ")") != std::string::npos,
+              type.quantizer)
+        << lower << ": " << help.out;
+  }
+  const std::string file = (kFixtures / "gguf" / "mixed-types.gguf").string();
+  const fs::path pack = work_ / "pack";
+  const RunResult packed =
+      run_chronos({"pack", "-m", file, "-o", pack.string(), "--cluster", "none", "--lowbit-type", "iq4_xs"}, work_);
+  ASSERT_EQ(packed.exit_code, 0) << packed.err;
+  EXPECT_NE(packed.err.find("low-bit copies"), std::string::npos) << packed.err;
+  EXPECT_NE(testing::slurp(pack / "cluster_manifest.json").find("\"IQ4_XS\""), std::string::npos);
+  const RunResult refused = run_chronos(
+      {"pack", "-m", file, "-o", (work_ / "p").string(), "--cluster", "none", "--lowbit-type", "iq1_m"}, work_);
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--lowbit-type: Chronos reads IQ1_M but does not quantize to it"), std::string::npos)
+      << refused.err;
 }
 
 // The predict pipeline from a GGUF file: traces of the file, a pack clustered on them, predictors

@@ -286,6 +286,10 @@ TEST_F(GgufTest, RefusesUnsupportedAndUnknownTypes) {
   expect_rejected(bytes, {"tensor matrix", "not whole 256-element blocks of IQ2_XXS"});
   put<uint32_t>(bytes, matrix.type, 13);  // Q5_K is read; this matrix's rows are not whole 256-blocks
   expect_rejected(bytes, {"tensor matrix", "not whole 256-element blocks of Q5_K"});
+  put<uint32_t>(bytes, matrix.type, 40);  // ggml's newest types are named too
+  expect_rejected(bytes, {"tensor matrix", "ggml type NVFP4 is not supported"});
+  put<uint32_t>(bytes, matrix.type, 41);
+  expect_rejected(bytes, {"tensor matrix", "ggml type Q1_0 is not supported"});
   put<uint32_t>(bytes, matrix.type, 999);
   expect_rejected(bytes, {"tensor matrix", "type 999"});
   bytes = bytes_;
