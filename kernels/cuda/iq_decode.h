@@ -20,9 +20,9 @@
 namespace chronos::cuda::dm {
 
 template <DType D>
-inline constexpr bool kIsIqGrid = D == DType::kIQ2_XXS || D == DType::kIQ2_XS || D == DType::kIQ2_S ||
-                                  D == DType::kIQ3_XXS || D == DType::kIQ3_S || D == DType::kIQ1_S ||
-                                  D == DType::kIQ1_M;
+inline constexpr bool kIsIqGrid =
+    D == DType::kIQ2_XXS || D == DType::kIQ2_XS || D == DType::kIQ2_S || D == DType::kIQ3_XXS || D == DType::kIQ3_S ||
+    D == DType::kIQ1_S || D == DType::kIQ1_M;
 
 // Little-endian fields read byte by byte (a block may start at any byte).
 CHRONOS_HD inline uint32_t iq_u16(const uint8_t* p) { return uint32_t(p[0]) | (uint32_t(p[1]) << 8); }
