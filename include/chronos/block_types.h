@@ -46,15 +46,15 @@ inline constexpr BlockType kBlockTypes[] = {
     {DType::kIQ4_NL, "IQ4_NL", 20, 32, 18, 32, DType::kIQ4_NL, true, true, true},
     {DType::kIQ4_XS, "IQ4_XS", 23, 256, 136, 32, DType::kIQ4_NL, true, true, true},
     {DType::kMXFP4, "MXFP4", 39, 32, 17, 32, DType::kMXFP4, true, true, true},
-    // Read only (the grid types need an importance matrix to quantize well): no quantizer, no CUDA
-    // kernels. A short row falls back to IQ4_NL as llama.cpp's writer does.
-    {DType::kIQ2_XXS, "IQ2_XXS", 16, 256, 66, 32, DType::kIQ4_NL, true, false, false},
-    {DType::kIQ2_XS, "IQ2_XS", 17, 256, 74, 16, DType::kIQ4_NL, true, false, false},
-    {DType::kIQ3_XXS, "IQ3_XXS", 18, 256, 98, 32, DType::kIQ4_NL, true, false, false},
-    {DType::kIQ1_S, "IQ1_S", 19, 256, 50, 32, DType::kIQ4_NL, true, false, false},
-    {DType::kIQ3_S, "IQ3_S", 21, 256, 110, 32, DType::kIQ4_NL, true, false, false},
-    {DType::kIQ2_S, "IQ2_S", 22, 256, 82, 16, DType::kIQ4_NL, true, false, false},
-    {DType::kIQ1_M, "IQ1_M", 29, 256, 56, 16, DType::kIQ4_NL, true, false, false},
+    // Read only (the grid types need an importance matrix to quantize well): no quantizer. A short
+    // row falls back to IQ4_NL as llama.cpp's writer does.
+    {DType::kIQ2_XXS, "IQ2_XXS", 16, 256, 66, 32, DType::kIQ4_NL, true, true, false},
+    {DType::kIQ2_XS, "IQ2_XS", 17, 256, 74, 16, DType::kIQ4_NL, true, true, false},
+    {DType::kIQ3_XXS, "IQ3_XXS", 18, 256, 98, 32, DType::kIQ4_NL, true, true, false},
+    {DType::kIQ1_S, "IQ1_S", 19, 256, 50, 32, DType::kIQ4_NL, true, true, false},
+    {DType::kIQ3_S, "IQ3_S", 21, 256, 110, 32, DType::kIQ4_NL, true, true, false},
+    {DType::kIQ2_S, "IQ2_S", 22, 256, 82, 16, DType::kIQ4_NL, true, true, false},
+    {DType::kIQ1_M, "IQ1_M", 29, 256, 56, 16, DType::kIQ4_NL, true, true, false},
 };
 
 inline constexpr size_t kNumBlockTypes = std::size(kBlockTypes);

@@ -33,7 +33,7 @@ enum class DType : uint8_t {
   kIQ4_XS,  // 256 weights: f16 d, 8 x 6-bit sub-block scales, 128 B of IQ4_NL's nibbles   136 B, 4.25
   kMXFP4,   // 32 weights: E8M0 scale byte, 16 B of E2M1 nibbles (OCP microscaling)          17 B, 4.25
   // The IQ grid types, read only (Chronos does not quantize to them); 256 weights each, signed
-  // magnitudes from the grids of kernels/cpu/iq_grids.h:
+  // magnitudes from the grids of kernels/grids/iq{1,2,3}_grids.h:
   kIQ2_XXS,  // f16 d, 8 x (4 grid bytes, u32 of 4 x 7 sign bits + 4-bit scale)               66 B, 2.0625
   kIQ2_XS,   // f16 d, 32 x u16 (9-bit grid index, 7 sign bits), 8 B of 4-bit scales           74 B, 2.3125
   kIQ2_S,    // f16 d, 32 B grid low bits, 32 B signs, 8 B grid high bits, 8 B 4-bit scales   82 B, 2.5625

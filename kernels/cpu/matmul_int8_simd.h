@@ -347,15 +347,16 @@ struct IqChunk {
   __m256i magnitude, negative;
 };
 
-// The 32-bit sign mask of four 7-bit sign codes (IQ2_XXS, IQ2_XS, IQ3_XXS: kIqSigns adds the parity bit).
+// The 32-bit sign mask of four 7-bit sign codes (IQ2_XXS, IQ2_XS, IQ3_XXS: iq_signs adds the parity bit).
 [[gnu::always_inline]] inline uint32_t iq_signs4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3) {
-  return uint32_t(kIqSigns[c0]) | (uint32_t(kIqSigns[c1]) << 8) | (uint32_t(kIqSigns[c2]) << 16) |
-         (uint32_t(kIqSigns[c3]) << 24);
+  return uint32_t(iq_signs(c0)) | (uint32_t(iq_signs(c1)) << 8) | (uint32_t(iq_signs(c2)) << 16) |
+         (uint32_t(iq_signs(c3)) << 24);
 }
 
-[[gnu::always_inline]] inline __m256i grid64x4(const uint64_t* grid, uint32_t i0, uint32_t i1, uint32_t i2,
-                                               uint32_t i3) {
-  return _mm256_setr_epi64x(int64_t(grid[i0]), int64_t(grid[i1]), int64_t(grid[i2]), int64_t(grid[i3]));
+// Four 8-weight grid rows (grid: one of kernels/grids' accessors).
+template <class Grid>
+[[gnu::always_inline]] inline __m256i grid64x4(Grid grid, uint32_t i0, uint32_t i1, uint32_t i2, uint32_t i3) {
+  return _mm256_setr_epi64x(int64_t(grid(i0)), int64_t(grid(i1)), int64_t(grid(i2)), int64_t(grid(i3)));
 }
 
 template <DType D>
@@ -365,31 +366,31 @@ template <DType D>
   if constexpr (D == DType::kIQ2_XXS) {
     const uint8_t* q = b + iq2_xxs::qs + 8 * k;
     const uint32_t aux = read_u32(q + 4);
-    c.magnitude = grid64x4(kIq2xxsGrid, q[0], q[1], q[2], q[3]);
+    c.magnitude = grid64x4(iq2xxs_grid, q[0], q[1], q[2], q[3]);
     signs = iq_signs4(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127);
   } else if constexpr (D == DType::kIQ2_XS) {
     const uint8_t* q = b + iq2_xs::qs + 8 * k;
     const uint32_t v0 = read_u16(q), v1 = read_u16(q + 2), v2 = read_u16(q + 4), v3 = read_u16(q + 6);
-    c.magnitude = grid64x4(kIq2xsGrid, v0 & 511, v1 & 511, v2 & 511, v3 & 511);
+    c.magnitude = grid64x4(iq2xs_grid, v0 & 511, v1 & 511, v2 & 511, v3 & 511);
     signs = iq_signs4(v0 >> 9, v1 >> 9, v2 >> 9, v3 >> 9);
   } else if constexpr (D == DType::kIQ2_S) {
     const uint8_t* q = b + iq2_s::qs + 4 * k;
     const uint32_t qh = b[iq2_s::qh + k];
-    c.magnitude = grid64x4(kIq2sGrid, q[0] | ((qh & 3) << 8), q[1] | ((qh & 12) << 6), q[2] | ((qh & 48) << 4),
+    c.magnitude = grid64x4(iq2s_grid, q[0] | ((qh & 3) << 8), q[1] | ((qh & 12) << 6), q[2] | ((qh & 48) << 4),
                            q[3] | ((qh & 192) << 2));
     signs = read_u32(b + iq2_s::signs + 4 * k);
   } else if constexpr (D == DType::kIQ3_XXS) {
     const uint8_t* q = b + iq3_xxs::qs + 8 * k;
     const uint32_t aux = read_u32(b + iq3_xxs::scales_signs + 4 * k);
-    c.magnitude = _mm256_setr_epi32(int(kIq3xxsGrid[q[0]]), int(kIq3xxsGrid[q[1]]), int(kIq3xxsGrid[q[2]]),
-                                    int(kIq3xxsGrid[q[3]]), int(kIq3xxsGrid[q[4]]), int(kIq3xxsGrid[q[5]]),
-                                    int(kIq3xxsGrid[q[6]]), int(kIq3xxsGrid[q[7]]));
+    c.magnitude = _mm256_setr_epi32(int(iq3xxs_grid(q[0])), int(iq3xxs_grid(q[1])), int(iq3xxs_grid(q[2])),
+                                    int(iq3xxs_grid(q[3])), int(iq3xxs_grid(q[4])), int(iq3xxs_grid(q[5])),
+                                    int(iq3xxs_grid(q[6])), int(iq3xxs_grid(q[7])));
     signs = iq_signs4(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127);
   } else {
     static_assert(D == DType::kIQ3_S);
     const uint8_t* q = b + iq3_s::qs + 8 * k;
     const uint32_t qh = b[iq3_s::qh + k];
-    const auto at = [&](int m) { return int(kIq3sGrid[q[m] | (((qh >> m) & 1) << 8)]); };
+    const auto at = [&](int m) { return int(iq3s_grid(q[m] | (((qh >> m) & 1) << 8))); };
     c.magnitude = _mm256_setr_epi32(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
     signs = read_u32(b + iq3_s::signs + 4 * k);
   }
@@ -406,14 +407,14 @@ template <DType D>
   if constexpr (D == DType::kIQ1_S) {
     const uint8_t* q = b + iq1_s::qs + 4 * k;
     const uint32_t qh = read_u16(b + iq1_s::qh + 2 * k);
-    grid = grid64x4(kIq1sGrid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 3) & 7) << 8), q[2] | (((qh >> 6) & 7) << 8),
+    grid = grid64x4(iq1s_grid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 3) & 7) << 8), q[2] | (((qh >> 6) & 7) << 8),
                     q[3] | (((qh >> 9) & 7) << 8));
     deltas = _mm256_set1_epi64x(delta(qh >> 15));
   } else {
     static_assert(D == DType::kIQ1_M);
     const uint8_t* q = b + iq1_m::qs + 4 * k;
     const uint32_t qh = read_u16(b + iq1_m::qh + 2 * k);  // two nibbles per byte: 3 grid bits, the delta's sign
-    grid = grid64x4(kIq1sGrid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 4) & 7) << 8), q[2] | (((qh >> 8) & 7) << 8),
+    grid = grid64x4(iq1s_grid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 4) & 7) << 8), q[2] | (((qh >> 8) & 7) << 8),
                     q[3] | (((qh >> 12) & 7) << 8));
     deltas = _mm256_setr_epi64x(delta((qh >> 3) & 1), delta((qh >> 7) & 1), delta((qh >> 11) & 1), delta((qh >> 15) & 1));
   }

@@ -17,9 +17,9 @@
 
 #include "chronos/block_types.h"
 #include "chronos/dtype.h"
-#include "kernels/cpu/iq1_grids.h"
-#include "kernels/cpu/iq2_grids.h"
-#include "kernels/cpu/iq3_grids.h"
+#include "kernels/grids/iq1_grids.h"
+#include "kernels/grids/iq2_grids.h"
+#include "kernels/grids/iq3_grids.h"
 
 namespace chronos::kernels {
 namespace {
@@ -220,29 +220,29 @@ inline float iq_int8_d(DType dtype, const uint8_t* b) {
   switch (dtype) {
     case DType::kIQ2_XXS: {
       const uint32_t signs = (read_u32(b + iq2_xxs::qs + 8 * sub + 4) >> (7 * k)) & 127;
-      signed_bytes(kIq2xxsGrid[b[iq2_xxs::qs + 8 * sub + k]], kIqSigns[signs]);
+      signed_bytes(iq2xxs_grid(b[iq2_xxs::qs + 8 * sub + k]), iq_signs(signs));
       return;
     }
     case DType::kIQ2_XS: {
       const uint32_t v = read_u16(b + iq2_xs::qs + 2 * group8);
-      signed_bytes(kIq2xsGrid[v & 511], kIqSigns[v >> 9]);
+      signed_bytes(iq2xs_grid(v & 511), iq_signs(v >> 9));
       return;
     }
     case DType::kIQ2_S: {
       const uint32_t index = b[iq2_s::qs + group8] | (((b[iq2_s::qh + group8 / 4] >> (2 * (group8 % 4))) & 3u) << 8);
-      signed_bytes(kIq2sGrid[index], b[iq2_s::signs + group8]);
+      signed_bytes(iq2s_grid(index), b[iq2_s::signs + group8]);
       return;
     }
     case DType::kIQ3_XXS: {
       const uint32_t signs = (read_u32(b + iq3_xxs::scales_signs + 4 * sub) >> (7 * k)) & 127;
       const uint64_t magnitudes =
-          kIq3xxsGrid[b[iq3_xxs::qs + i / 4]] | (uint64_t(kIq3xxsGrid[b[iq3_xxs::qs + i / 4 + 1]]) << 32);
-      signed_bytes(magnitudes, kIqSigns[signs]);
+          iq3xxs_grid(b[iq3_xxs::qs + i / 4]) | (uint64_t(iq3xxs_grid(b[iq3_xxs::qs + i / 4 + 1])) << 32);
+      signed_bytes(magnitudes, iq_signs(signs));
       return;
     }
     case DType::kIQ3_S: {
       const auto index = [&](int m) { return b[iq3_s::qs + m] | (((b[iq3_s::qh + m / 8] >> (m % 8)) & 1u) << 8); };
-      const uint64_t magnitudes = kIq3sGrid[index(i / 4)] | (uint64_t(kIq3sGrid[index(i / 4 + 1)]) << 32);
+      const uint64_t magnitudes = iq3s_grid(index(i / 4)) | (uint64_t(iq3s_grid(index(i / 4 + 1))) << 32);
       signed_bytes(magnitudes, b[iq3_s::signs + group8]);
       return;
     }
@@ -259,7 +259,7 @@ inline float iq_int8_d(DType dtype, const uint8_t* b) {
         negative_delta = (qh >> 3) & 1;
       }
       const int qs_at = dtype == DType::kIQ1_S ? iq1_s::qs : iq1_m::qs;
-      const uint64_t row = kIq1sGrid[b[qs_at + group8] | (high << 8)];
+      const uint64_t row = iq1s_grid(b[qs_at + group8] | (high << 8));
       const int delta = negative_delta ? -kIq1DeltaEighths : kIq1DeltaEighths;
       for (int j = 0; j < 8; ++j) q[j] = int8_t(8 * int(int8_t((row >> (8 * j)) & 0xFF)) + delta);
       return;

@@ -7,8 +7,9 @@
 // Why eight: a warp then covers 256 weights per step, one K super-block or eight 32-weight
 // blocks, and eight aligned weights never straddle a scale group (16 or 32 weights), so each lane
 // forms its group's factors once and reads contiguous bytes that the warp's neighbours continue.
-// Bytes are read one at a time: block strides (17, 18, 20, 22, 24, 34, 84, 110, 136, 144, 176, 210 bytes) leave no alignment
-// to rely on, and rows may start anywhere an expert cache slot puts them.
+// Bytes are read one at a time: block strides (17, 18, 20, 22, 24, 34, 50, 56, 66, 74, 82, 84, 98, 110,
+// 136, 144, 176, 210 bytes) leave no alignment to rely on, and rows may start anywhere an expert
+// cache slot puts them. The IQ grid types are decoded in iq_decode.h.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "chronos/block_types.h"
 #include "chronos/dtype.h"
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/iq_decode.h"
 
 #if defined(__clang__) && !defined(__CUDA_ARCH__)
 #pragma clang fp contract(off)  // mul then sub, never fused: GGUF's numerics (GCC in ISO mode does not fuse)
@@ -199,7 +201,11 @@ CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kB
       for (int j = 0; j < kBlockPiece; ++j)
         q[j] = ((b[48 + 32 * c + l0 + j] >> shift) & 0xF) | (((b[16 + l0 + j] >> g) & 1) << 4);
     }
+  } else if constexpr (kIsIqGrid<D>) {  // a grid row's levels, one factor (iq_decode.h)
+    mul = iq_factor<D>(b, first);
+    iq_levels8<D>(b, first, q);
   } else {
+    static_assert(D == DType::kQ6_K, "block_weights8 has no decoder for this block type");
     // Q6_K: ql[128] @0, qh[64] @128, scales int8[16] @192, d @208. Weight 128 h + k: nibble k / 64
     // of ql[64 h + k % 64], bits 2 (k / 32) of qh[32 h + k % 32] as bits 4-5; minus 32; groups of 16.
     const int h = first / 128, k0 = first % 128, g = first / 16;

@@ -1,16 +1,20 @@
-// The CUDA kernels on GGUF's block-quantized weights (kQ8_0 ... kQ6_K), each against the CPU on the
-// same bytes: dequantize_rows and embed_rows bit for bit against ops::weight_row_to_f32, matvec
-// (1..16 tokens), Blas::gemm's dequantized-tile path (40 tokens) and the MoE expert kernels against
-// ops::matmul_rows over those exact weights within the f32 dot-product bound (the kernels multiply
-// GGUF's weights by f32 activations; the CPU's 8-bit-activation mode is not the reference here).
-// Rows start one byte off alignment too (an expert cache slot may put them anywhere). Skipped when
-// no CUDA device is present.
+// The CUDA kernels on GGUF's block-quantized weights (every row of block_types.h), each against the
+// CPU on the same bytes: dequantize_rows and embed_rows bit for bit against ops::weight_row_to_f32,
+// matvec (1..16 tokens), Blas::gemm's dequantized-tile path (40 tokens) and the MoE expert kernels
+// against ops::matmul_rows over those exact weights within the f32 dot-product bound (the kernels
+// multiply GGUF's weights by f32 activations; the CPU's 8-bit-activation mode is not the reference
+// here). Rows start one byte off alignment too (an expert cache slot may put them anywhere). The
+// IQ grid types, which Chronos does not quantize to, are tested on random blocks, and on the gguf
+// fixtures whose blocks use every grid row. Skipped when no CUDA device is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,7 @@
 #include "chronos/quant.h"
 #include "cuda/cuda_test_util.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/quant_fixture.h"
 #include "kernels/test_util.h"
 
 namespace chronos {
@@ -32,9 +37,38 @@ using test::expect_products_close;
 using test::kF32Eps;
 using test::ScalarIsa;
 
-constexpr DType kBlockDtypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                                  DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
-                                  DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
+// Every block type of the table: each has CUDA kernels (one without them would be refused by the
+// launchers, and fail here).
+constexpr auto kBlockDtypes = [] {
+  std::array<DType, kNumBlockTypes> dtypes{};
+  for (size_t i = 0; i < kNumBlockTypes; ++i) dtypes[i] = kBlockTypes[i].dtype;
+  return dtypes;
+}();
+
+// [rows, cols] of random blocks of a type Chronos reads but does not quantize to (the IQ grid
+// types): random bytes, so that any grid index, sign and scale code occurs, with each block's f16
+// d set to a finite value (IQ1_M keeps it in the top nibbles of its four u16 scale words @48).
+std::vector<uint8_t> random_blocks(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  const BlockType& type = *find_block_type(dtype);
+  std::vector<uint8_t> bytes(size_t(rows * dtype_row_bytes(dtype, cols)));
+  std::mt19937 rng(seed);
+  for (uint8_t& b : bytes) b = uint8_t(rng() & 0xFF);
+  const auto d = test::random_floats(int64_t(bytes.size()) / type.block_bytes, seed + 1, -0.02f, 0.02f);
+  for (size_t k = 0; k < d.size(); ++k) {
+    uint8_t* block = bytes.data() + k * size_t(type.block_bytes);
+    const uint16_t bits = f32_to_f16(d[k]);
+    if (dtype == DType::kIQ1_M) {
+      for (int w = 0; w < 4; ++w) {
+        uint8_t& high_byte = block[48 + 2 * w + 1];
+        high_byte = uint8_t((high_byte & 0x0F) | (((bits >> (4 * w)) & 0xF) << 4));
+      }
+    } else {
+      block[0] = uint8_t(bits & 0xFF);
+      block[1] = uint8_t(bits >> 8);
+    }
+  }
+  return bytes;
+}
 
 class CudaBlockKernels : public test::CudaStreamTest {};
 
@@ -51,8 +85,12 @@ struct BlockWeights {
   BlockWeights(DType type, int64_t r, int64_t c, uint32_t seed, int64_t offset_bytes = 0)
       : dtype(type), rows(r), cols(c), bytes(size_t(r * dtype_row_bytes(type, c))), values(size_t(r * c)),
         device(bytes.size() + size_t(offset_bytes)), offset(offset_bytes) {
-    const auto source = test::random_floats(rows * cols, seed);
-    quantize_rows(dtype, source.data(), bytes.data(), rows, cols);
+    if (find_block_type(dtype)->quantizer) {
+      const auto source = test::random_floats(rows * cols, seed);
+      quantize_rows(dtype, source.data(), bytes.data(), rows, cols);
+    } else {
+      bytes = random_blocks(dtype, rows, cols, seed);
+    }
     for (int64_t row = 0; row < rows; ++row) ops::weight_row_to_f32(values.data() + row * cols, host_view(), row);
     std::vector<uint8_t> padded(size_t(offset), 0);
     padded.insert(padded.end(), bytes.begin(), bytes.end());
@@ -210,27 +248,23 @@ TEST_F(CudaBlockKernels, MoeGateUpAndDownMatchCpuExperts) {
   }
 }
 
-// The block types read on the CPU only (block_types.h's cuda_kernels false: the IQ grid types) are
-// refused by every launcher, naming the type, instead of being read as another type.
-TEST_F(CudaBlockKernels, LaunchersRefuseTypesWithoutCudaKernels) {
-  int refused = 0;
-  for (const BlockType& type : kBlockTypes) {
-    if (type.cuda_kernels) continue;
-    const WeightView w{nullptr, type.dtype, 4, 256};
-    EXPECT_THROW(cuda::matvec(nullptr, nullptr, w, 1, stream_), Error) << type.name;
-    EXPECT_THROW(cuda::embed_rows(nullptr, w, nullptr, 1, stream_), Error) << type.name;
-    EXPECT_THROW(cuda::moe_gate_up(nullptr, nullptr, nullptr, 1, type.dtype, 256, 4, stream_), Error) << type.name;
-    EXPECT_THROW(cuda::moe_down(nullptr, nullptr, nullptr, 1, type.dtype, 4, 256, stream_), Error) << type.name;
-    try {
-      cuda::dequantize_rows(nullptr, w, 0, 1, stream_);
-      ADD_FAILURE() << type.name << " dequantized";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string(type.name) + " weights have no CUDA kernels"), std::string::npos)
-          << e.what();
-    }
-    ++refused;
+// The IQ fixtures (tests/fixtures/quant/random_iq*.bin) hold blocks whose grid indices cover every
+// row of each grid and the gguf package's decoding of them: the kernels' tables are gguf's, row
+// for row, and their weights gguf's bit for bit.
+TEST_F(CudaBlockKernels, IqGridFixturesDequantizeAsGguf) {
+  for (const char* type : {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"}) {
+    const test::QuantFixture f = test::load_fixture(test::fixture_path(std::string("random_") + type));
+    ASSERT_FALSE(f.expected.empty()) << type;
+    DeviceArray<uint8_t> bytes(f.quantized);
+    DeviceArray<float> out(f.expected.size());
+    cuda::dequantize_rows(out.get(), WeightView{bytes.get(), f.dtype, f.rows, f.cols}, 0, f.rows, stream_);
+    sync();
+    const auto got = out.download();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(f.expected[i]))
+          << type << " row " << int64_t(i) / f.cols << " col " << int64_t(i) % f.cols << ": " << got[i] << " vs "
+          << f.expected[i];
   }
-  EXPECT_EQ(refused, 7);  // IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M
 }
 
 // Rows that are not whole blocks are bad input (a K type on a 96-wide row), named in an Error.

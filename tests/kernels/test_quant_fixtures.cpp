@@ -10,78 +10,26 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include "chronos/block_types.h"
 #include "chronos/quant.h"
 #include "chronos/thread_pool.h"
+#include "quant_fixture.h"
 #include "test_util.h"
 
 namespace chronos {
 namespace {
 
-// Fixture file, little-endian: "CQF1", u32 rows, u32 cols, u32 name length, name ("Q4_K"), then
-// f32 input[rows, cols], u8 quantized[rows, dtype_row_bytes(cols)], f32 gguf_dequantized[rows, cols].
-struct QuantFixture {
-  DType dtype = DType::kF32;
-  int64_t rows = 0, cols = 0;
-  std::vector<float> input, expected;
-  std::vector<uint8_t> quantized;
-};
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-uint32_t read_u32(const std::vector<uint8_t>& bytes, size_t& at) {
-  uint32_t v = 0;
-  std::memcpy(&v, bytes.data() + at, 4);
-  at += 4;
-  return v;
-}
-
-template <typename T>
-std::vector<T> read_array(const std::vector<uint8_t>& bytes, size_t& at, size_t n) {
-  std::vector<T> out(n);
-  std::memcpy(out.data(), bytes.data() + at, n * sizeof(T));
-  at += n * sizeof(T);
-  return out;
-}
-
-QuantFixture load_fixture(const std::string& path) {
-  const auto bytes = read_bytes(path);
-  QuantFixture f;
-  size_t at = 4;
-  if (bytes.size() < 16 || std::memcmp(bytes.data(), "CQF1", 4) != 0) {
-    ADD_FAILURE() << path << ": not a quant fixture";
-    return f;
-  }
-  f.rows = read_u32(bytes, at);
-  f.cols = read_u32(bytes, at);
-  const uint32_t name_length = read_u32(bytes, at);
-  const std::string name(reinterpret_cast<const char*>(bytes.data() + at), name_length);
-  at += name_length;
-  const auto dtype = block_dtype_from_name(name);
-  EXPECT_TRUE(dtype.has_value()) << path << ": " << name;
-  f.dtype = dtype.value_or(DType::kF32);
-  const size_t n = size_t(f.rows * f.cols), n_bytes = size_t(f.rows * dtype_row_bytes(f.dtype, f.cols));
-  EXPECT_EQ(bytes.size(), at + n * 8 + n_bytes) << path;
-  if (bytes.size() != at + n * 8 + n_bytes) return f;
-  f.input = read_array<float>(bytes, at, n);
-  f.quantized = read_array<uint8_t>(bytes, at, n_bytes);
-  f.expected = read_array<float>(bytes, at, n);
-  return f;
-}
+using test::fixture_path;
+using test::load_fixture;
+using test::QuantFixture;
+using test::read_array;
+using test::read_bytes;
+using test::read_u32;
 
 const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k",
                                      "q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"};
-
-std::string fixture_path(const char* type) {
-  return std::string(CHRONOS_TEST_DATA_DIR) + "/quant/" + type + ".bin";
-}
 
 TEST(QuantFixtures, QuantizerReproducesTheStoredBytes) {
   for (const char* type : kFixtureTypes) {
@@ -132,7 +80,7 @@ TEST(QuantFixtures, DequantizationIsBitIdenticalToGguf) {
 TEST(QuantFixtures, RandomBlocksDequantizeAsGguf) {
   test::IsaGuard guard;
   for (const char* type : {"q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"}) {
-    const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
+    const QuantFixture f = load_fixture(fixture_path(std::string("random_") + type));
     ASSERT_FALSE(f.input.empty()) << type;
     expect_gguf_dequantization(f, std::string("random ") + type);
   }
@@ -144,7 +92,7 @@ const char* const kIqGridTypes[] = {"iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq
 TEST(QuantFixtures, IqGridTypesDequantizeAsGguf) {
   test::IsaGuard guard;
   for (const char* type : kIqGridTypes) {
-    const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
+    const QuantFixture f = load_fixture(fixture_path(std::string("random_") + type));
     ASSERT_FALSE(f.input.empty()) << type;
     expect_gguf_dequantization(f, std::string("random ") + type);
   }
@@ -158,7 +106,7 @@ TEST(QuantFixtures, IqGridTypesMatmulMatchesGgufDequantizedProduct) {
   test::IsaGuard guard;
   ThreadPool pool(2);
   for (const char* type : kIqGridTypes) {
-    const QuantFixture f = load_fixture(fixture_path((std::string("random_") + type).c_str()));
+    const QuantFixture f = load_fixture(fixture_path(std::string("random_") + type));
     ASSERT_FALSE(f.input.empty()) << type;
     const int64_t n_tokens = 3;
     const auto x = test::random_floats(n_tokens * f.cols, uint32_t(f.cols));
