@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -45,31 +44,6 @@ constexpr auto kBlockDtypes = [] {
   return dtypes;
 }();
 
-// [rows, cols] of random blocks of a type Chronos reads but does not quantize to (the IQ grid
-// types): random bytes, so that any grid index, sign and scale code occurs, with each block's f16
-// d set to a finite value (IQ1_M keeps it in the top nibbles of its four u16 scale words @48).
-std::vector<uint8_t> random_blocks(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  const BlockType& type = *find_block_type(dtype);
-  std::vector<uint8_t> bytes(size_t(rows * dtype_row_bytes(dtype, cols)));
-  std::mt19937 rng(seed);
-  for (uint8_t& b : bytes) b = uint8_t(rng() & 0xFF);
-  const auto d = test::random_floats(int64_t(bytes.size()) / type.block_bytes, seed + 1, -0.02f, 0.02f);
-  for (size_t k = 0; k < d.size(); ++k) {
-    uint8_t* block = bytes.data() + k * size_t(type.block_bytes);
-    const uint16_t bits = f32_to_f16(d[k]);
-    if (dtype == DType::kIQ1_M) {
-      for (int w = 0; w < 4; ++w) {
-        uint8_t& high_byte = block[48 + 2 * w + 1];
-        high_byte = uint8_t((high_byte & 0x0F) | (((bits >> (4 * w)) & 0xF) << 4));
-      }
-    } else {
-      block[0] = uint8_t(bits & 0xFF);
-      block[1] = uint8_t(bits >> 8);
-    }
-  }
-  return bytes;
-}
-
 class CudaBlockKernels : public test::CudaStreamTest {};
 
 // A quantized [rows, cols] matrix on the host and on the device (`offset` bytes past an aligned
@@ -85,12 +59,8 @@ struct BlockWeights {
   BlockWeights(DType type, int64_t r, int64_t c, uint32_t seed, int64_t offset_bytes = 0)
       : dtype(type), rows(r), cols(c), bytes(size_t(r * dtype_row_bytes(type, c))), values(size_t(r * c)),
         device(bytes.size() + size_t(offset_bytes)), offset(offset_bytes) {
-    if (find_block_type(dtype)->quantizer) {
-      const auto source = test::random_floats(rows * cols, seed);
-      quantize_rows(dtype, source.data(), bytes.data(), rows, cols);
-    } else {
-      bytes = random_blocks(dtype, rows, cols, seed);
-    }
+    // Quantized from random weights, or random valid blocks for the IQ grid types (test_util.h).
+    bytes = test::make_quant_weights(dtype, rows, cols, seed).bytes;
     for (int64_t row = 0; row < rows; ++row) ops::weight_row_to_f32(values.data() + row * cols, host_view(), row);
     std::vector<uint8_t> padded(size_t(offset), 0);
     padded.insert(padded.end(), bytes.begin(), bytes.end());
