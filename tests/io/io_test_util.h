@@ -7,8 +7,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+
+#include "chronos/error.h"
+#include "chronos/safetensors.h"
 
 namespace chronos::test {
 
@@ -33,6 +37,22 @@ class ScratchDir : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+};
+
+// A scratch folder that tests open as a TensorStore.
+class StoreDir : public ScratchDir {
+ protected:
+  // Expects TensorStore::open(dir_) to fail with a one-line message holding every fragment.
+  void expect_open_fails(std::initializer_list<std::string_view> fragments) {
+    try {
+      TensorStore::open(dir_);
+      ADD_FAILURE() << "TensorStore::open accepted " << dir_;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+      for (auto fragment : fragments) EXPECT_NE(message.find(fragment), std::string::npos) << message;
+    }
+  }
 };
 
 // Files in `dir` whose names say they are a writer's temporary (".tmp" anywhere in the name).

@@ -17,7 +17,7 @@ namespace {
 
 using test::kFixtures;
 
-class TensorStoreTest : public test::ScratchDir {
+class TensorStoreTest : public test::StoreDir {
  protected:
   // Writes a shard holding one F32 [2] tensor per name.
   void write_shard(const std::string& file, const std::vector<std::string>& names) {
@@ -30,17 +30,6 @@ class TensorStoreTest : public test::ScratchDir {
   void write_index(const nlohmann::json& weight_map) {
     const nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", weight_map}};
     test::write_bytes(dir_ / "model.safetensors.index.json", index.dump());
-  }
-  // Expects TensorStore::open(dir_) to fail with a one-line message holding every fragment.
-  void expect_open_fails(std::initializer_list<std::string_view> fragments) {
-    try {
-      TensorStore::open(dir_);
-      ADD_FAILURE() << "TensorStore::open accepted " << dir_;
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-      for (auto fragment : fragments) EXPECT_NE(message.find(fragment), std::string::npos) << message;
-    }
   }
 };
 
