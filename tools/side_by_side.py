@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 
-def run_llama(binary, gguf, prompt, gen, threads):
+def run_llama(binary, gguf, prompt, gen, threads, extra):
     cmd = [binary, "-m", gguf, "-p", str(prompt), "-n", str(gen), "-t", ",".join(map(str, threads)),
-           "-r", "1", "-o", "json"]
+           "-r", "1", "-o", "json"] + extra
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
@@ -63,6 +63,7 @@ def main():
     parser.add_argument("--gen", type=int, default=32)
     parser.add_argument("--batch", type=int, default=128, help="Chronos prefill batch (llama.cpp: its default)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--llama-args", default="", help="more llama-bench flags, for example '--repack 0'")
     parser.add_argument("--json", help="write every round's figures here")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
@@ -81,7 +82,7 @@ def main():
     for r in range(args.rounds):
         this_round = {}
         for name, model, gguf in pairs:
-            llama = run_llama(args.llama_bench, gguf, args.prompt, args.gen, threads)
+            llama = run_llama(args.llama_bench, gguf, args.prompt, args.gen, threads, args.llama_args.split())
             chronos = run_chronos(args.chronos_bench, model, args.prompt, args.gen, threads, args.batch)
             this_round[name] = {"llama.cpp": {f"{k}/{t}": v for (k, t), v in llama.items()},
                                 "chronos": {f"{k}/{t}": v for (k, t), v in chronos.items()}}

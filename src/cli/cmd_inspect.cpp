@@ -128,7 +128,8 @@ std::vector<TensorClass> tensor_classes(const Model& model, const std::optional<
 // (a stacked expert tensor counts once), names as GGUF gives them.
 std::vector<std::pair<std::string, int64_t>> gguf_type_counts(const std::filesystem::path& file) {
   std::map<uint32_t, int64_t> counts;
-  for (const GgufTensor& t : GgufFile::open(file)->tensors()) ++counts[t.ggml_type];
+  const auto gguf = GgufFile::open(file);  // named: a range-for over a temporary's member dangles
+  for (const GgufTensor& t : gguf->tensors()) ++counts[t.ggml_type];
   std::vector<std::pair<std::string, int64_t>> out;
   for (const auto& [id, n] : counts) out.emplace_back(ggml_type_name(id), n);
   return out;
