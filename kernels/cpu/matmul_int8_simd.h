@@ -40,6 +40,7 @@ constexpr int64_t kInt8TokenPanel = 32;
 // lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
 struct Avx2Dot {
   static constexpr bool kQ8_0Pairs = false;  // no 512-bit step for two Q8_0 blocks x 4 tokens
+  static constexpr bool kWideDecoded = false;  // nor for decoded blocks (step_decoded)
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                              _mm256_set1_epi16(1));
@@ -504,6 +505,118 @@ template <class Dot, DType D, int R, int T>
   }
 }
 
+// The batch step of the scales-only types (IQ4_XS and the IQ grid types) with each block decoded
+// once per row and token panel instead of once per 4 tokens: their decode (grid gathers, sign bits,
+// scales) cost more than the four dots it fed (IQ2_XXS prefill ran at 0.46x llama.cpp's). A chunk
+// keeps what step256 computes from the block: the magnitudes, the sign source applied to the
+// activations and the int16 scales; the block keeps its f32 factor. The integer sums and the f32
+// steps are step256's, operation for operation.
+constexpr bool predecoded_batch(DType d) { return has_scales_only(d); }
+
+// Chunk k of a block: magnitude[k] . sign(x, flip[k]) times scale[k] (int16 per byte pair); the
+// chunks of one kind are adjacent so that the VNNI kernel reads two of them as one 512-bit vector.
+struct alignas(64) DecodedBlock {
+  __m256i magnitude[8], flip[8], scale[8];
+  float factor;  // IQ4_XS: its f16 d; the IQ grid types: iq_int8_d
+};
+// Blocks of a row decoded at a time.
+constexpr int64_t kDecodedBlocks = 2;
+
+template <DType D>
+[[gnu::always_inline]] inline void decode_block(DecodedBlock& out, const uint8_t* b) {
+  const KScales<D> s = k_scales<D>(b);
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    out.scale[k] = chunk_scales<D>(s, k);
+    if constexpr (has_sign_bits(D)) {
+      const IqChunk q = iq_chunk<D>(b, k);
+      out.magnitude[k] = q.magnitude;
+      out.flip[k] = _mm256_or_si256(q.negative, _mm256_set1_epi8(1));
+    } else {
+      __m256i u;
+      if constexpr (D == DType::kIQ1_S || D == DType::kIQ1_M)
+        u = iq1_levels<D>(b, k);
+      else
+        u = chunk_levels<D>(b, k);
+      out.magnitude[k] = _mm256_sign_epi8(u, u);
+      out.flip[k] = u;
+    }
+  }
+  if constexpr (is_iq_grid_type(D))
+    out.factor = iq_int8_d(D, b);
+  else
+    out.factor = read_f16(b + iq4_xs::d);
+}
+
+// One decoded block against 4 tokens (step256 with R = 1, T = 4).
+// Dot::kWideDecoded: Dot::decoded_sums gives the 4 sums (VNNI: two chunks per 512-bit step).
+template <class Dot>
+[[gnu::always_inline]] inline __m128 step_decoded(__m128 acc, const DecodedBlock& blk, const ActBlock256* const* a) {
+  __m128i isum;
+  if constexpr (Dot::kWideDecoded) {
+    isum = Dot::decoded_sums(blk, a);
+  } else {
+    __m256i scaled[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) scaled[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t)
+        scaled[t] = Dot::add_scaled_dot(scaled[t], blk.magnitude[k],
+                                        _mm256_sign_epi8(load256(a[t]->qs + 32 * k), blk.flip[k]), blk.scale[k]);
+    }
+    isum = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
+  }
+  const __m128 dd = _mm_mul_ps(_mm_set1_ps(blk.factor), _mm_setr_ps(a[0]->d, a[1]->d, a[2]->d, a[3]->d));
+  return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(isum), acc);
+}
+
+// Rows [r0, r1) (at most kDecodedRows) against the tokens [t0, t_end) (a multiple of 4, at most
+// kInt8TokenPanel), y[t * rows + r]. The loop runs over the blocks in steps of kDecodedBlocks,
+// and within a step over the rows, so that the panel's activations of those blocks (32 tokens x
+// 2 blocks, 19 KiB) stay in L1 for every row: with the rows outside, each row streamed all of
+// them from L2 again, and that, not the arithmetic, bounded the step. Each (row, token) still
+// takes its blocks in order.
+constexpr int64_t kDecodedRows = 16;
+
+template <class Dot, DType D>
+void predecoded_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t row_bytes, int64_t r0,
+                     int64_t r1, int64_t n_blocks, int64_t act_bytes, int64_t t0, int64_t t_end) {
+  constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
+  DecodedBlock decoded[kDecodedBlocks];
+  __m128 acc[kDecodedRows][kInt8TokenPanel / 4];
+  const int64_t groups = (t_end - t0) / 4;
+  for (int64_t r = 0; r < r1 - r0; ++r)
+    for (int64_t g = 0; g < groups; ++g) acc[r][g] = _mm_setzero_ps();
+  for (int64_t b0 = 0; b0 < n_blocks; b0 += kDecodedBlocks) {
+    const int64_t nb = n_blocks - b0 < kDecodedBlocks ? n_blocks - b0 : kDecodedBlocks;
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = w + r * row_bytes + b0 * kBlockBytes;
+      for (int64_t i = 0; i < nb; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(row + i * kBlockBytes + kDecodedBlocks * kBlockBytes), _MM_HINT_T0);
+        decode_block<D>(decoded[i], row + i * kBlockBytes);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        const ActBlock256* a[4];
+        for (int i = 0; i < 4; ++i) a[i] = reinterpret_cast<const ActBlock256*>(xq + (t0 + 4 * g + i) * act_bytes) + b0;
+        __m128 sum = acc[r - r0][g];
+        for (int64_t i = 0; i < nb; ++i) {
+          sum = step_decoded<Dot>(sum, decoded[i], a);
+          for (int j = 0; j < 4; ++j) ++a[j];
+        }
+        acc[r - r0][g] = sum;
+      }
+    }
+  }
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      float out[4];
+      _mm_storeu_ps(out, acc[r - r0][g]);
+      for (int i = 0; i < 4; ++i) y[(t0 + 4 * g + i) * rows + r] = out[i];
+    }
+}
+
 // out[r * T + t] = rows[r] . acts[t] (activation blocks of one token each), R * T = 4.
 template <class Dot, DType D, int R, int T>
 inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* const* acts, int64_t n_blocks) {
@@ -584,6 +697,12 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
   const int64_t batched = n_tokens / 4 * 4;
   for (int64_t t0 = 0; t0 < batched; t0 += kInt8TokenPanel) {
     const int64_t t_end = batched - t0 < kInt8TokenPanel ? batched : t0 + kInt8TokenPanel;
+    if constexpr (predecoded_batch(D)) {
+      for (int64_t r = row_begin; r < row_end; r += kDecodedRows)
+        predecoded_rows<Dot, D>(y, xq, w, rows, row_bytes, r, row_end - r < kDecodedRows ? row_end : r + kDecodedRows,
+                                n_blocks, act_bytes, t0, t_end);
+      continue;
+    }
     for (int64_t r = row_begin; r < row_end; ++r) {
       group[0] = w + r * row_bytes;
       for (int64_t t = t0; t < t_end; t += 4) {

@@ -51,6 +51,32 @@ struct VnniDot {
     isum[0] = _mm512_castsi512_si128(pairs);
     isum[1] = _mm512_extracti32x4_epi32(pairs, 2);
   }
+  // A decoded block (matmul_int8_simd.h, step_decoded) against 4 tokens: chunks 2p and 2p + 1 in
+  // one 512-bit step, the activations negated under the mask of the sign source's sign bits (a zero
+  // level has a zero magnitude, so vpsignb's zeroing changes no sum); the same integers.
+  static constexpr bool kWideDecoded = true;
+  [[gnu::always_inline]] static __m128i decoded_sums(const DecodedBlock& blk, const ActBlock256* const* a) {
+    __m512i s[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) s[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+      const __m512i magnitude = _mm512_load_si512(&blk.magnitude[2 * p]);
+      const __m512i scale = _mm512_load_si512(&blk.scale[2 * p]);
+      const __mmask64 negative = _mm512_movepi8_mask(_mm512_load_si512(&blk.flip[2 * p]));
+#pragma GCC unroll 4
+      for (int t = 0; t < 4; ++t) {
+        const __m512i x = _mm512_loadu_si512(a[t]->qs + 64 * p);
+        const __m512i signed_x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+        s[t] = _mm512_dpwssd_epi32(s[t], _mm512_maddubs_epi16(magnitude, signed_x), scale);
+      }
+    }
+    __m256i h[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t)
+      h[t] = _mm256_add_epi32(_mm512_castsi512_si256(s[t]), _mm512_extracti64x4_epi64(s[t], 1));
+    return hsum4(h[0], h[1], h[2], h[3]);
+  }
   // vpdpwssd adds the int16 pair products to acc in one instruction: madd + add, the same int32s
   // (no pair sum comes near int32's range; see matmul_int8_simd.h).
   static __m256i add_scaled_dot(__m256i acc, __m256i u, __m256i x, __m256i scale16) {
