@@ -126,10 +126,19 @@ int main(int argc, char** argv) {
     touch(w.tok_embd);
     touch(w.output);
     for (const auto& l : w.layers) {
-      for (const WeightView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shared_gate}) if (m->data) touch(*m);
+      for (const WeightView* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router, &l.shared_gate})
+        if (m->data) touch(*m);
       for (const FfnWeights* f : {&l.shared, &l.dense})
-        if (f->present()) { touch(f->gate); touch(f->up); touch(f->down); }
-      for (const auto& e : l.experts) { touch(e.gate); touch(e.up); touch(e.down); }
+        if (f->present()) {
+          touch(f->gate);
+          touch(f->up);
+          touch(f->down);
+        }
+      for (const auto& e : l.experts) {
+        touch(e.gate);
+        touch(e.up);
+        touch(e.down);
+      }
     }
     if (checksum == 1) fmt::print(stderr, " ");
 
@@ -138,15 +147,17 @@ int main(int argc, char** argv) {
     touched.dense = bytes_of(w.output) + dtype_row_bytes(w.tok_embd.dtype, c.n_embd);
     for (const auto& l : w.layers) {
       touched.dense += bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo);
-      if (l.is_moe) touched.dense += bytes_of(l.router) + l.shared.n_bytes() + bytes_of(l.shared_gate);
-      else touched.dense += l.dense.n_bytes();
+      if (l.is_moe)
+        touched.dense += bytes_of(l.router) + l.shared.n_bytes() + bytes_of(l.shared_gate);
+      else
+        touched.dense += l.dense.n_bytes();
     }
     int64_t routed_bytes = 0, route_events = 0;  // one event per (token, MoE layer)
     ForwardHooks hooks;
     hooks.route = [&](const RouteEvent& ev) {
       for (int32_t e : ev.expert_ids)
-        routed_bytes += streamer ? model->sizes().bytes_per_expert
-                                 : w.layers[size_t(ev.layer)].experts[size_t(e)].n_bytes();
+        routed_bytes +=
+            streamer ? model->sizes().bytes_per_expert : w.layers[size_t(ev.layer)].experts[size_t(e)].n_bytes();
       ++route_events;
     };
     if (streamer) hooks = combine(streamer->hooks(), hooks);
@@ -156,7 +167,8 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     fmt::print("model {} ({}): {} layers, {} experts top-{}, expert dtype {}\n", model_dir, c.arch_name(), c.n_layer,
                c.n_expert, c.n_expert_used, dtype_name(model->sizes().expert_dtype));
-    fmt::print("limit = bytes touched per token / read bandwidth (the best of a sum and the F32, BF16 and Q8_0 matvecs)\n");
+    fmt::print(
+        "limit = bytes touched per token / read bandwidth (the best of a sum and the F32, BF16 and Q8_0 matvecs)\n");
     std::string prefill_header;
     for (int64_t b : batch_sizes) prefill_header += fmt::format(" {:>12}", fmt::format("prefill b{}", b));
     fmt::print("{:>7} {:>10} {:>10} {:>10} {:>12} {:>13} {:>9}{}\n", "threads", "read GB/s", "copy GB/s", "MB/token",
@@ -202,11 +214,15 @@ int main(int argc, char** argv) {
       }
       fmt::print("{:>7} {:>10.2f} {:>10.2f} {:>10.1f} {:>12.2f} {:>13.2f} {:>8.1f}%{}\n", threads, bandwidth / 1e9,
                  copy / 1e9, per_token / 1e6, limit, rate, 100.0 * rate / limit, prefill_text);
-      results.push_back({{"threads", threads}, {"read_bandwidth_bytes_per_second", bandwidth},
+      results.push_back({{"threads", threads},
+                         {"read_bandwidth_bytes_per_second", bandwidth},
                          {"copy_bandwidth_bytes_per_second", copy},
-                         {"bytes_per_token", per_token}, {"limit_tokens_per_second", limit},
-                         {"decode_tokens_per_second", rate}, {"fraction_of_limit", rate / limit},
-                         {"prompt_tokens", prompt_tokens}, {"prefill_tokens_per_second_by_batch", prefill}});
+                         {"bytes_per_token", per_token},
+                         {"limit_tokens_per_second", limit},
+                         {"decode_tokens_per_second", rate},
+                         {"fraction_of_limit", rate / limit},
+                         {"prompt_tokens", prompt_tokens},
+                         {"prefill_tokens_per_second_by_batch", prefill}});
     }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
   } catch (const Error& e) {

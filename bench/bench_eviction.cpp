@@ -128,17 +128,16 @@ void register_recorded(const std::string& dir) {
   for (const int64_t percent : {5, 10, 25, 50}) {
     for (size_t p = 0; p < std::size(kPolicies); ++p) {
       const int64_t n_slots = std::max<int64_t>(1, n_experts * percent / 100);
-      benchmark::RegisterBenchmark(
-          fmt::format("BM_RecordedHitRate/budget_pct:{}/{}", percent, kPolicyNames[p]).c_str(),
-          [tokens, n_slots, p](benchmark::State& state) {
-            double hit_rate = 0;
-            for (auto _ : state) {
-              hit_rate = simulate_hit_rate(*tokens, n_slots, kPolicies[p]);
-              benchmark::DoNotOptimize(hit_rate);
-            }
-            state.counters["hit_rate"] = hit_rate;
-            state.counters["tokens"] = double(tokens->size());
-          })
+      benchmark::RegisterBenchmark(fmt::format("BM_RecordedHitRate/budget_pct:{}/{}", percent, kPolicyNames[p]).c_str(),
+                                   [tokens, n_slots, p](benchmark::State& state) {
+                                     double hit_rate = 0;
+                                     for (auto _ : state) {
+                                       hit_rate = simulate_hit_rate(*tokens, n_slots, kPolicies[p]);
+                                       benchmark::DoNotOptimize(hit_rate);
+                                     }
+                                     state.counters["hit_rate"] = hit_rate;
+                                     state.counters["tokens"] = double(tokens->size());
+                                   })
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }

@@ -31,8 +31,8 @@
 namespace chronos {
 namespace {
 
-constexpr int64_t kReadBufferBytes = int64_t(1) << 30;   // 1 GiB: far beyond any cache
-constexpr int64_t kMatvecBytes = int64_t(256) << 20;     // ~256 MB of weights per matvec
+constexpr int64_t kReadBufferBytes = int64_t(1) << 30;  // 1 GiB: far beyond any cache
+constexpr int64_t kMatvecBytes = int64_t(256) << 20;    // ~256 MB of weights per matvec
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -47,9 +47,9 @@ Buffer make_buffer(int64_t bytes, uint8_t fill) {
 }
 
 const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-const DType kBlockTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ5_0,   DType::kQ2_K,    DType::kQ3_K,
-                             DType::kQ4_K,   DType::kQ6_K,   DType::kQ5_K,   DType::kQ4_1,    DType::kQ5_1,
-                             DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4,  DType::kIQ2_XXS, DType::kIQ2_XS,
+const DType kBlockTypes[] = {DType::kQ8_0,   DType::kQ4_0,    DType::kQ5_0,  DType::kQ2_K,    DType::kQ3_K,
+                             DType::kQ4_K,   DType::kQ6_K,    DType::kQ5_K,  DType::kQ4_1,    DType::kQ5_1,
+                             DType::kIQ4_NL, DType::kIQ4_XS,  DType::kMXFP4, DType::kIQ2_XXS, DType::kIQ2_XS,
                              DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,   DType::kIQ1_M};
 
 int threads_arg(const benchmark::State& state, int index) {
@@ -95,7 +95,9 @@ double read_limit(int threads) {
   ThreadPool pool(threads);
   const auto* words = reinterpret_cast<const uint64_t*>(buffer.get());
   std::vector<uint64_t> partial(size_t(pool.size()) * 8);
-  const auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  const auto now = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
   for (int r = 0; r < 4; ++r) {
     const double start = now();
     pool.run(pool.size(), [&](int64_t chunk) {
@@ -123,9 +125,8 @@ double read_limit(int threads) {
 
 // Rate / read limit as a counter (a rate counter of bytes / limit).
 void report_of_limit(benchmark::State& state, int64_t bytes_per_iteration, int threads) {
-  state.counters["of_limit"] = benchmark::Counter(double(bytes_per_iteration) * double(state.iterations()) /
-                                                      read_limit(threads),
-                                                  benchmark::Counter::kIsRate);
+  state.counters["of_limit"] = benchmark::Counter(
+      double(bytes_per_iteration) * double(state.iterations()) / read_limit(threads), benchmark::Counter::kIsRate);
 }
 
 void BM_MemoryReadSum(benchmark::State& state) {
@@ -179,8 +180,8 @@ void BM_Matvec(benchmark::State& state) {
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * rows * cols * dtype_size(dtype));
   report_of_limit(state, rows * cols * int64_t(dtype_size(dtype)), pool.size());
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " +
-                 std::to_string(pool.size()) + " threads");
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " + std::to_string(pool.size()) +
+                 " threads");
 }
 BENCHMARK(BM_Matvec)
     ->ArgsProduct({{0, 1, 2}, {1, 0}})
@@ -200,10 +201,10 @@ void BM_Matmul(benchmark::State& state) {
     ops::matmul(y.data(), x.data(), w, n_tokens, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()),
-                                               benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " +
-                 std::to_string(pool.size()) + " threads");
+  state.counters["FLOPS"] =
+      benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(dtype_name(dtype)) + " " + isa_name(active_isa()) + " " + std::to_string(pool.size()) +
+                 " threads");
 }
 BENCHMARK(BM_Matmul)
     ->ArgsProduct({{16, 128}, {1, 0}, {0, 2}})
@@ -256,8 +257,8 @@ void BM_MatmulBlock(benchmark::State& state) {
     ops::matmul(y.data(), x.data(), w, n_tokens, pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()),
-                                               benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] =
+      benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(dtype_name(dtype)) + " " + mode + " " + isa_name(active_isa()) + " " +
                  std::to_string(pool.size()) + " threads");
 }
@@ -291,8 +292,8 @@ void BM_BlockModelShapes(benchmark::State& state) {
     copy = copy + 1 == copies ? 0 : copy + 1;
   }
   state.SetBytesProcessed(int64_t(state.iterations()) * matrix_bytes);
-  state.counters["OPS"] = benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()),
-                                             benchmark::Counter::kIsRate);
+  state.counters["OPS"] =
+      benchmark::Counter(double(2 * rows * cols * n_tokens) * double(state.iterations()), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(dtype_name(dtype)) + " " + std::to_string(rows) + "x" + std::to_string(cols) + " " +
                  isa_name(active_isa()));
 }

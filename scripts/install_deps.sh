@@ -4,7 +4,8 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
           libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev liburing-dev
           libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libbenchmark-dev
-          clang libclang-rt-14-dev)  # clang + libFuzzer: the fuzz targets (tests/fuzz)
+          clang libclang-rt-14-dev   # clang + libFuzzer: the fuzz targets (tests/fuzz)
+          clang-format)              # scripts/check_format.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

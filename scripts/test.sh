@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds with warnings as errors, runs the whole test suite, then
-# runs it again under AddressSanitizer + UndefinedBehaviorSanitizer (skip with CHRONOS_NO_ASAN=1);
+# Installs what is missing, checks the formatting (scripts/check_format.sh), builds with warnings
+# as errors, runs the whole test suite, then runs it again under AddressSanitizer +
+# UndefinedBehaviorSanitizer (skip with CHRONOS_NO_ASAN=1);
 # with nvcc, the GPU tests also run on the CPU emulation of the CUDA runtime; the fuzz targets run
 # for a few seconds each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
+bash scripts/check_format.sh
 jobs=$(nproc)
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$jobs"

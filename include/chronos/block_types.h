@@ -75,11 +75,13 @@ inline constexpr BlockType kBlockType = *find_block_type(D);
 // Calls f.template operator()<D>() with the block type `dtype` as a constant, one instantiation per
 // row of the table, so that kernels decode each type without a switch per block. Does nothing
 // for a whole-byte type (callers check dtype_is_block first).
+template <class F, size_t... I>
+inline void with_block_type_of(DType dtype, F& f, std::index_sequence<I...>) {
+  (void)((dtype == kBlockTypes[I].dtype ? (f.template operator()<kBlockTypes[I].dtype>(), true) : false) || ...);
+}
 template <class F>
 inline void with_block_type(DType dtype, F&& f) {
-  [&]<size_t... I>(std::index_sequence<I...>) {
-    (void)((dtype == kBlockTypes[I].dtype ? (f.template operator()<kBlockTypes[I].dtype>(), true) : false) || ...);
-  }(std::make_index_sequence<kNumBlockTypes>{});
+  with_block_type_of(dtype, f, std::make_index_sequence<kNumBlockTypes>{});
 }
 
 }  // namespace chronos

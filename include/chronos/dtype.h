@@ -16,6 +16,7 @@ namespace chronos {
 // n weights is n / dtype_block_elements blocks of dtype_block_bytes each, so a GGUF tensor's bytes
 // are usable as they are. They never appear in a safetensors header: a quantized tensor is stored
 // as U8 bytes and its logical type is recorded beside it (DESIGN.md §5).
+// clang-format off
 enum class DType : uint8_t {
   kBool, kU8, kI8, kF8E5M2, kF8E4M3, kF8E8M0, kI16, kU16, kF16, kBF16, kI32, kU32, kF32,
   kF64, kI64, kU64, kC64,
@@ -42,6 +43,7 @@ enum class DType : uint8_t {
   kIQ1_S,    // f16 d, 32 B grid low bits, 8 x u16 (high bits, 3-bit scale, delta sign)       50 B, 1.5625
   kIQ1_M,    // 32 B grid low bits, 16 B high bits + delta signs, 8 B 3-bit scales + f16 d    56 B, 1.75
 };
+// clang-format on
 
 // Bits per element of a whole-byte type; CHRONOS_CHECK-fails for a block type (use dtype_row_bytes).
 int dtype_bits(DType dtype);
@@ -69,8 +71,8 @@ std::string block_type_names(bool quantizable_only);
 // The type to store a row of row_length weights in when `wanted` is asked for, as GGUF writers do:
 // a K type (256-weight blocks) on a row that is not a multiple of 256 falls back to a 32-weight
 // type of at least as many bits (block_types.h's short_row_fallback: Q4_K and Q5_K -> Q5_0, Q2_K
-// and Q3_K -> Q4_0, Q6_K -> Q8_0). A 32-block type stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type or the row is not a multiple
-// of 32 (no block type fits it: keep such a tensor in F16/BF16).
+// and Q3_K -> Q4_0, Q6_K -> Q8_0). A 32-block type stays itself. CHRONOS_CHECK-fails when `wanted` is not a block type
+// or the row is not a multiple of 32 (no block type fits it: keep such a tensor in F16/BF16).
 DType block_dtype_for_row(DType wanted, int64_t row_length);
 
 inline float bf16_to_f32(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }

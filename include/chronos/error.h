@@ -27,20 +27,19 @@ template <typename... Args>
 }
 
 // Reports a broken internal invariant with the expression and file:line, then aborts.
-[[noreturn]] void check_failed(const char* expression, const char* file, int line,
-                               const std::string& message);
+[[noreturn]] void check_failed(const char* expression, const char* file, int line, const std::string& message);
 
 // Throws Error naming `what` with strerror(errno) appended.
 [[noreturn]] void throw_system_error(const std::string& what);
 
 }  // namespace chronos
 
-#define CHRONOS_CHECK(cond)                                             \
-  do {                                                                  \
+#define CHRONOS_CHECK(cond)                                              \
+  do {                                                                   \
     if (!(cond)) ::chronos::check_failed(#cond, __FILE__, __LINE__, ""); \
   } while (0)
 
-#define CHRONOS_CHECK_MSG(cond, ...)                                                    \
-  do {                                                                                  \
+#define CHRONOS_CHECK_MSG(cond, ...)                                                           \
+  do {                                                                                         \
     if (!(cond)) ::chronos::check_failed(#cond, __FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)

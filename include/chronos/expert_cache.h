@@ -160,7 +160,7 @@ class ExpertCache {
   struct Slot {
     ExpertKey key{-1, -1};
     SlotState state = SlotState::kEmpty;
-    bool orphaned = false;  // aborted while pinned: reserved for `key`, not resident
+    bool orphaned = false;    // aborted while pinned: reserved for `key`, not resident
     bool prefetched = false;  // loaded for a prediction, not a demand
     bool used = false;        // acquired since it was loaded
     int32_t pins = 0;
@@ -203,12 +203,12 @@ class ExpertCache {
   std::set<Rank> order_;                          // ready, unpinned slots (protected included)
   std::unordered_map<ExpertKey, double> scores_;  // kLruFrequency history, every key requested
   std::unordered_map<ExpertKey, int64_t> protected_until_;
-  std::vector<int32_t> layers_;                    // sorted MoE layers seen (kPerLayer, kNextUse)
-  std::unordered_map<int32_t, double> layer_visits_;  // kNextUse: decayed visits of each layer
+  std::vector<int32_t> layers_;                          // sorted MoE layers seen (kPerLayer, kNextUse)
+  std::unordered_map<int32_t, double> layer_visits_;     // kNextUse: decayed visits of each layer
   std::unordered_map<int32_t, int64_t> layer_resident_;  // kPerLayer: loading + ready slots per layer
-  int32_t current_layer_ = -1;                     // layer of the last acquire
-  uint64_t tick_ = 0;      // one per acquire and begin_load: recency
-  uint64_t requests_ = 0;  // acquires since the last rescale: frequency decay clock
+  int32_t current_layer_ = -1;                           // layer of the last acquire
+  uint64_t tick_ = 0;                                    // one per acquire and begin_load: recency
+  uint64_t requests_ = 0;                                // acquires since the last rescale: frequency decay clock
   int64_t step_ = 0;
   int64_t n_resident_ = 0;
   CacheStats stats_;

@@ -43,7 +43,7 @@ void check_pack_against_config(const PackManifest& manifest, const ModelConfig& 
 struct StreamerOptions {
   int64_t budget_bytes = 0;  // expert cache budget
   OnMiss on_miss = OnMiss::kWait;
-  std::optional<float> wait_above;  // see OnMiss; unset: kLowbit and kFallback never wait
+  std::optional<float> wait_above;                   // see OnMiss; unset: kLowbit and kFallback never wait
   EvictionPolicy policy = EvictionPolicy::kNextUse;  // the best hit rate measured (docs/performance.md)
   AsyncPrefetcher::Options prefetch;
   PrefetchMode mode = PrefetchMode::kNone;
@@ -60,21 +60,21 @@ struct StreamerOptions {
 };
 
 struct StreamerStats {
-  int64_t lookups = 0;        // (layer, expert) acquisitions by the compute side
-  int64_t hits = 0;           // ready when asked, its bytes in place (copy finished)
-  int64_t hits_loading = 0;   // already being read or copied when asked (prefetched, not finished)
-  int64_t misses = 0;         // not resident and not being read
-  int64_t fallbacks = 0;      // lookups answered with "missing" (fallback mode)
-  int64_t lowbit = 0;         // lookups answered with the expert's low-bit copy (lowbit mode)
-  int64_t lookup_bytes = 0;   // full-precision bytes of every lookup's expert
-  int64_t hit_bytes = 0;      // of those, the hits' (the byte hit rate's numerator)
-  int64_t waits = 0;          // lookups that blocked on I/O (wait mode)
-  int64_t device_waits = 0;   // lookups whose copy was still running, left to the compute stream
-                              // to wait for (device compute only)
-  double stall_seconds = 0.0; // compute-side time blocked on I/O
-  int64_t predicted = 0;      // prefetch requests made from predictions (or the previous token)
+  int64_t lookups = 0;              // (layer, expert) acquisitions by the compute side
+  int64_t hits = 0;                 // ready when asked, its bytes in place (copy finished)
+  int64_t hits_loading = 0;         // already being read or copied when asked (prefetched, not finished)
+  int64_t misses = 0;               // not resident and not being read
+  int64_t fallbacks = 0;            // lookups answered with "missing" (fallback mode)
+  int64_t lowbit = 0;               // lookups answered with the expert's low-bit copy (lowbit mode)
+  int64_t lookup_bytes = 0;         // full-precision bytes of every lookup's expert
+  int64_t hit_bytes = 0;            // of those, the hits' (the byte hit rate's numerator)
+  int64_t waits = 0;                // lookups that blocked on I/O (wait mode)
+  int64_t device_waits = 0;         // lookups whose copy was still running, left to the compute stream
+                                    // to wait for (device compute only)
+  double stall_seconds = 0.0;       // compute-side time blocked on I/O
+  int64_t predicted = 0;            // prefetch requests made from predictions (or the previous token)
   int64_t predictions_dropped = 0;  // predictions under --prefetch-min-score or over the byte cap
-  double predict_seconds = 0.0;  // time spent running the predictors
+  double predict_seconds = 0.0;     // time spent running the predictors
   PrefetchStats prefetch;
   CacheStats cache;
 };
@@ -138,13 +138,13 @@ class ExpertStreamer final : public ExpertProvider {
   int64_t step_ = 0;
   std::unique_ptr<Predictors> predictors_;
   bool intent_pending_ = false;
-  std::vector<ExpertScore> scores_;          // reused between tokens
-  std::vector<ExpertScore> kept_;            // the predictions that pass the threshold and the cap
-  int64_t step_bytes_requested_ = 0;         // bytes of absent experts requested this step
+  std::vector<ExpertScore> scores_;   // reused between tokens
+  std::vector<ExpertScore> kept_;     // the predictions that pass the threshold and the cap
+  int64_t step_bytes_requested_ = 0;  // bytes of absent experts requested this step
   std::vector<FetchRequest> requests_;
-  std::vector<ExpertKey> previous_token_;    // kLru: experts the last step used
-  Buffer lowbit_buffer_;                     // kLowbit: the whole lowbit.ctsr, device memory
-  std::vector<FfnWeights> lowbit_views_;     // kLowbit: [layer * n_expert + expert]
+  std::vector<ExpertKey> previous_token_;  // kLru: experts the last step used
+  Buffer lowbit_buffer_;                   // kLowbit: the whole lowbit.ctsr, device memory
+  std::vector<FfnWeights> lowbit_views_;   // kLowbit: [layer * n_expert + expert]
 };
 
 }  // namespace chronos

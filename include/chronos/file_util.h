@@ -36,7 +36,7 @@ class AtomicFile {
   [[noreturn]] void fail(std::string_view what, int error);
   void discard() noexcept;
 
-  std::filesystem::path path_;  // as given, for messages
+  std::filesystem::path path_;    // as given, for messages
   std::filesystem::path target_;  // where the file ends: `path_`, or the target of its symlink
   std::filesystem::path temp_;
   int fd_ = -1;

@@ -41,7 +41,7 @@ struct GenerateStats {
   double time_to_first_token_seconds = 0.0;  // prefill + first sample
   double decode_seconds = 0.0;               // all tokens after the first
   StopReason stop_reason = StopReason::kMaxTokens;
-  std::vector<int32_t> tokens;               // generated ids (without a stopping EOS)
+  std::vector<int32_t> tokens;  // generated ids (without a stopping EOS)
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
 };

@@ -18,8 +18,19 @@ namespace chronos {
 
 // GGUF's key-value types (gguf_type in the GGUF specification).
 enum class GgufValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
-  kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // One tensor of the file. `shape` is row-major, outermost dimension first (GGUF stores ggml's `ne`,
@@ -27,7 +38,7 @@ enum class GgufValueType : uint32_t {
 // like its safetensors counterpart. `data` points into the mapping and lives as long as the file.
 struct GgufTensor {
   std::string name;
-  uint32_t ggml_type = 0;  // as stored
+  uint32_t ggml_type = 0;     // as stored
   DType dtype = DType::kF32;  // F32, F16, BF16 or a block type Chronos implements
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;

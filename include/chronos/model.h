@@ -1,8 +1,8 @@
 // Model: weights bound from a checkpoint by the architecture's tensor table, and the forward pass.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -29,17 +29,17 @@ struct FfnWeights {
 };
 
 struct LayerWeights {
-  std::vector<float> attn_norm;      // [n_embd]
-  std::vector<float> ffn_norm;       // [n_embd]
-  WeightView wq, wk, wv, wo;         // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
-  std::vector<float> bq, bk, bv;     // [q_dim], [kv_dim], [kv_dim]; empty without biases
-  std::vector<float> q_norm, k_norm; // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
+  std::vector<float> attn_norm;       // [n_embd]
+  std::vector<float> ffn_norm;        // [n_embd]
+  WeightView wq, wk, wv, wo;          // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
+  std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without biases
+  std::vector<float> q_norm, k_norm;  // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
   bool is_moe = false;
-  WeightView router;                 // [n_expert, n_embd]
-  std::vector<FfnWeights> experts;   // [n_expert]
-  FfnWeights shared;                 // shared expert (Qwen2-MoE), absent otherwise
-  WeightView shared_gate;            // [1, n_embd]
-  FfnWeights dense;                  // dense MLP of non-MoE layers
+  WeightView router;                // [n_expert, n_embd]
+  std::vector<FfnWeights> experts;  // [n_expert]
+  FfnWeights shared;                // shared expert (Qwen2-MoE), absent otherwise
+  WeightView shared_gate;           // [1, n_embd]
+  FfnWeights dense;                 // dense MLP of non-MoE layers
 };
 
 struct ModelWeights {
@@ -123,9 +123,9 @@ class ExpertProvider {
 // What a run reports to and asks of its caller, given to the runner when it is made (the model
 // itself holds none of it, so one loaded model serves several runs). Every member is optional.
 struct ForwardHooks {
-  TraceFn trace;        // named intermediates
-  RouteFn route;        // routing decisions
-  BlockFn block;        // residual stream after blocks 0 .. block_last_layer (on CUDA each observed
+  TraceFn trace;                         // named intermediates
+  RouteFn route;                         // routing decisions
+  BlockFn block;                         // residual stream after blocks 0 .. block_last_layer (on CUDA each observed
   int64_t block_last_layer = INT64_MAX;  // block costs a device-to-host copy and a wait)
   ExpertProvider* experts = nullptr;     // routed experts; without one they must be bound at load
 
@@ -139,9 +139,9 @@ ForwardHooks combine(const ForwardHooks& a, const ForwardHooks& b);
 
 // Counts of the MoE blocks, accumulated over forward calls that share a Scratch.
 struct MoeCounters {
-  int64_t routed_pairs = 0;         // (token, selected expert) pairs
-  int64_t fallback_pairs = 0;       // of those, computed through the fallback (expert missing)
-  int64_t zero_output_tokens = 0;   // token-layers whose every selected expert was missing (no shared expert)
+  int64_t routed_pairs = 0;        // (token, selected expert) pairs
+  int64_t fallback_pairs = 0;      // of those, computed through the fallback (expert missing)
+  int64_t zero_output_tokens = 0;  // token-layers whose every selected expert was missing (no shared expert)
 };
 
 class Model {
@@ -172,8 +172,8 @@ class Model {
   // Runs tokens at positions pos .. pos + n - 1, appending their keys/values to kv, and writes
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token. Prompts longer
   // than the scratch batch are processed in chunks. A pack's model needs hooks.experts.
-  void forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& scratch,
-               ThreadPool& pool, float* logits, bool all_logits, const ForwardHooks& hooks = {}) const;
+  void forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& scratch, ThreadPool& pool,
+               float* logits, bool all_logits, const ForwardHooks& hooks = {}) const;
 
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
@@ -181,8 +181,8 @@ class Model {
 
  private:
   Model() = default;
-  void forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s,
-                     ThreadPool& pool, float* logits, bool all_logits) const;
+  void forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
+                     float* logits, bool all_logits) const;
   void attention(int64_t il, int64_t n_tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool) const;
   void moe(int64_t il, int64_t n_tokens, Scratch& s, ThreadPool& pool) const;
   void dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,

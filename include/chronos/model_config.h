@@ -16,8 +16,8 @@ enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
 
 enum class QkNorm {
   kNone,
-  kPerHead,     // Qwen3-MoE: RMSNorm over head_dim of each head, weight [head_dim]
-  kFullWidth,   // OLMoE: RMSNorm over the whole projection, weight [n_heads * head_dim]
+  kPerHead,    // Qwen3-MoE: RMSNorm over head_dim of each head, weight [head_dim]
+  kFullWidth,  // OLMoE: RMSNorm over the whole projection, weight [n_heads * head_dim]
 };
 
 enum class RopeType { kDefault, kLinear };
@@ -26,28 +26,28 @@ struct ModelConfig {
   Arch arch = Arch::kMixtral;
   std::string model_type;  // as in config.json: "mixtral", "qwen2_moe", ...
 
-  int64_t n_embd = 0;           // hidden_size
-  int64_t n_layer = 0;          // num_hidden_layers
-  int64_t n_head = 0;           // num_attention_heads
-  int64_t n_head_kv = 0;        // num_key_value_heads (defaults to n_head)
-  int64_t head_dim = 0;         // head_dim, or n_embd / n_head
-  int64_t n_vocab = 0;          // vocab_size: embedding rows, may exceed the tokenizer's
-  int64_t n_ctx_train = 0;      // max_position_embeddings
+  int64_t n_embd = 0;       // hidden_size
+  int64_t n_layer = 0;      // num_hidden_layers
+  int64_t n_head = 0;       // num_attention_heads
+  int64_t n_head_kv = 0;    // num_key_value_heads (defaults to n_head)
+  int64_t head_dim = 0;     // head_dim, or n_embd / n_head
+  int64_t n_vocab = 0;      // vocab_size: embedding rows, may exceed the tokenizer's
+  int64_t n_ctx_train = 0;  // max_position_embeddings
 
-  int64_t n_expert = 0;         // routed experts per MoE layer
-  int64_t n_expert_used = 0;    // num_experts_per_tok
-  int64_t n_ff_expert = 0;      // routed expert FFN size
-  int64_t n_ff_shared = 0;      // shared expert FFN size, 0 when there is none
-  int64_t n_ff_dense = 0;       // FFN size of dense (non-MoE) layers
-  bool norm_topk_prob = false;  // renormalize the top-k routing weights
+  int64_t n_expert = 0;              // routed experts per MoE layer
+  int64_t n_expert_used = 0;         // num_experts_per_tok
+  int64_t n_ff_expert = 0;           // routed expert FFN size
+  int64_t n_ff_shared = 0;           // shared expert FFN size, 0 when there is none
+  int64_t n_ff_dense = 0;            // FFN size of dense (non-MoE) layers
+  bool norm_topk_prob = false;       // renormalize the top-k routing weights
   bool shared_expert_gated = false;  // Qwen2-MoE: sigmoid(shared_expert_gate(x)) scales it
   std::vector<bool> layer_is_moe;    // [n_layer]
 
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   RopeType rope_type = RopeType::kDefault;
-  float rope_factor = 1.0f;     // linear scaling factor
-  int64_t n_rot = 0;            // rotary dimensions (head_dim * partial_rotary_factor)
+  float rope_factor = 1.0f;               // linear scaling factor
+  int64_t n_rot = 0;                      // rotary dimensions (head_dim * partial_rotary_factor)
   std::optional<int64_t> sliding_window;  // active window (keys q - kv < window), if any
   bool attn_qkv_bias = false;
   QkNorm qk_norm = QkNorm::kNone;

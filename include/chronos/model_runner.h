@@ -23,8 +23,8 @@ struct RunnerMemory {
   int64_t dense_weight_bytes = 0;   // weights copied to the device (0 on CPU: memory-mapped)
   int64_t expert_weight_bytes = 0;  // routed experts copied to the device (checkpoints only)
   int64_t kv_cache_bytes = 0;
-  int64_t workspace_bytes = 0;      // activations, RoPE tables, routing buffers
-  int64_t pinned_bytes = 0;         // page-locked host buffers of the runner itself
+  int64_t workspace_bytes = 0;  // activations, RoPE tables, routing buffers
+  int64_t pinned_bytes = 0;     // page-locked host buffers of the runner itself
 };
 
 class ModelRunner {

@@ -25,9 +25,9 @@ struct WeightView {
 
 // Instruction set the kernels run with; kScalar is the reference.
 enum class Isa { kScalar, kAvx2, kAvx512 };
-Isa detect_isa();           // best the CPU supports
-Isa active_isa();           // what the ops below use
-void set_isa(Isa isa);      // for tests and benchmarks; clamps to detect_isa()
+Isa detect_isa();       // best the CPU supports
+Isa active_isa();       // what the ops below use
+void set_isa(Isa isa);  // for tests and benchmarks; clamps to detect_isa()
 const char* isa_name(Isa isa);
 
 namespace ops {
@@ -39,8 +39,7 @@ void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, Thr
 
 // Same, single-threaded over rows [row_begin, row_end) of w; y keeps its full row stride
 // w.rows. For callers that already run inside a pool task.
-void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                 int64_t row_begin, int64_t row_end);
+void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin, int64_t row_end);
 
 // matmul_rows over activations prepared once for many calls (the MoE block's row chunks of one
 // expert): prepare_activations writes x[n_tokens, w.cols] as the 8-bit activation blocks w's

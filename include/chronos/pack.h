@@ -39,9 +39,9 @@ WeightView convert_weight(const WeightView& weight, DType target, std::vector<st
 
 struct PackSummary {
   int64_t n_clusters = 0;
-  int64_t expert_bytes = 0;         // all cluster files
+  int64_t expert_bytes = 0;  // all cluster files
   int64_t dense_bytes = 0;
-  int64_t lowbit_bytes = 0;         // lowbit.ctsr, when written
+  int64_t lowbit_bytes = 0;  // lowbit.ctsr, when written
   double modularity = 0.0;
   double intra_cluster_weight_share = 0.0;
   int64_t traced_tokens = 0;

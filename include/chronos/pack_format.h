@@ -55,9 +55,9 @@ struct PackCluster {
 // folder laid out like a cluster file (cluster id -1), each copy one aligned extent with its
 // checksum. With --on-miss lowbit they are resident for the whole run (DESIGN.md §3, §4).
 struct LowbitCopies {
-  std::string file;    // plain file name inside the pack folder
-  int64_t bytes = 0;   // size of the file
-  std::string dtype;   // the type asked for ("Q2_K"); a K type falls back per tensor on short rows
+  std::string file;   // plain file name inside the pack folder
+  int64_t bytes = 0;  // size of the file
+  std::string dtype;  // the type asked for ("Q2_K"); a K type falls back per tensor on short rows
   std::map<ExpertKey, PackedExpert> experts;
 };
 inline constexpr int32_t kLowbitClusterId = -1;

@@ -35,7 +35,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<int32_t> order_;  // candidate ids, reused between calls
   std::vector<float> probs_;
-  std::vector<uint8_t> seen_;   // ids already penalized in this call
+  std::vector<uint8_t> seen_;  // ids already penalized in this call
 };
 
 }  // namespace chronos

@@ -24,9 +24,9 @@ struct ChatMessage {
 // a template's tojson prints tools and arguments in the order they were given.
 struct ChatRequest {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // OpenAI-style message objects
-  nlohmann::ordered_json tools;      // null, or a list of tool definitions
-  nlohmann::ordered_json documents;  // null, or a list of documents
-  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // enable_thinking, reasoning_effort, ...
+  nlohmann::ordered_json tools;                                       // null, or a list of tool definitions
+  nlohmann::ordered_json documents;                                   // null, or a list of documents
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();   // enable_thinking, reasoning_effort, ...
   bool add_generation_prompt = true;
 };
 

@@ -12,8 +12,8 @@ namespace chronos::kernels {
 // the kernels never allocate except matmul_rows for F16/BF16/block-type weights, which keeps one
 // per-thread f32 tile that grows to 4 * w.cols floats (6 * 256 for a block-type matvec).
 struct CpuKernels {
-  void (*matmul_rows)(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                      int64_t row_begin, int64_t row_end);
+  void (*matmul_rows)(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                      int64_t row_end);
   // out[n] = row[n] converted from dtype (F32, F16, BF16 or a block type) to f32; for a block type
   // bit-identical to dequantize_row_scalar.
   void (*row_to_f32)(float* out, const void* row, DType dtype, int64_t n);
@@ -69,8 +69,8 @@ void dequantize_row_scalar(float* out, const void* in, DType dtype, int64_t n);
 
 // Scalar reference (matmul.cpp, vector_ops.cpp). For a block type, matmul_rows_scalar is the f32
 // product of the dequantized row, summed in column order.
-void matmul_rows_scalar(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                        int64_t row_begin, int64_t row_end);
+void matmul_rows_scalar(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                        int64_t row_end);
 void row_to_f32_scalar(float* out, const void* row, DType dtype, int64_t n);
 // The integer-dot reference (matmul_int8.cpp): decode_levels' integers, exact integer sums per
 // block (or sub-block, times its integer scale), then per row and block in order
@@ -85,8 +85,8 @@ float dot_scalar(const float* a, const float* b, int64_t n);
 void axpy_scalar(float* y, float alpha, const float* x, int64_t n);
 
 // AVX2 + FMA + F16C (matmul_avx2.cpp, vector_ops_avx2.cpp).
-void matmul_rows_avx2(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                      int64_t row_begin, int64_t row_end);
+void matmul_rows_avx2(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                      int64_t row_end);
 void row_to_f32_avx2(float* out, const void* row, DType dtype, int64_t n);
 void quantize_activations_avx2(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols);
 void matmul_rows_int8_avx2(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
@@ -98,14 +98,14 @@ float dot_avx2(const float* a, const float* b, int64_t n);
 void axpy_avx2(float* y, float alpha, const float* x, int64_t n);
 
 // AVX-512 F/BW/VL/DQ (matmul_avx512.cpp, vector_ops_avx512.cpp).
-void matmul_rows_avx512(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                        int64_t row_begin, int64_t row_end);
+void matmul_rows_avx512(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                        int64_t row_end);
 void row_to_f32_avx512(float* out, const void* row, DType dtype, int64_t n);
 // AVX-512 VNNI + VL (matmul_int8_vnni_avx512.cpp): the AVX2 integer kernels with vpdpbusd on
 // 256-bit vectors for the 32-weight types and vpdpwssd for the K types' scaled sums; chosen only
 // where CPUID reports AVX512_VNNI.
-void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens,
-                                 int64_t row_begin, int64_t row_end);
+void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                                 int64_t row_end);
 void rmsnorm_avx512(float* y, const float* x, const float* weight, int64_t n, float eps);
 void softmax_avx512(float* x, int64_t n);
 void silu_mul_avx512(float* out, const float* gate, const float* up, int64_t n);

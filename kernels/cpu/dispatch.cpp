@@ -10,25 +10,31 @@ namespace chronos {
 namespace {
 
 constexpr kernels::CpuKernels kScalar = {
-    kernels::matmul_rows_scalar, kernels::row_to_f32_scalar, kernels::quantize_activations_scalar,
-    kernels::matmul_rows_int8_scalar, kernels::rmsnorm_scalar, kernels::softmax_scalar,
-    kernels::silu_mul_scalar, kernels::dot_scalar, kernels::axpy_scalar,
+    kernels::matmul_rows_scalar,      kernels::row_to_f32_scalar, kernels::quantize_activations_scalar,
+    kernels::matmul_rows_int8_scalar, kernels::rmsnorm_scalar,    kernels::softmax_scalar,
+    kernels::silu_mul_scalar,         kernels::dot_scalar,        kernels::axpy_scalar,
 };
 constexpr kernels::CpuKernels kAvx2 = {
-    kernels::matmul_rows_avx2, kernels::row_to_f32_avx2, kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx2, kernels::softmax_avx2,
-    kernels::silu_mul_avx2, kernels::dot_avx2, kernels::axpy_avx2,
+    kernels::matmul_rows_avx2,      kernels::row_to_f32_avx2, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx2,    kernels::softmax_avx2,
+    kernels::silu_mul_avx2,         kernels::dot_avx2,        kernels::axpy_avx2,
 };
 // The integer-dot kernels are 256-bit: without VNNI the AVX-512 table uses the AVX2 ones.
 constexpr kernels::CpuKernels kAvx512 = {
-    kernels::matmul_rows_avx512, kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx512, kernels::softmax_avx512,
-    kernels::silu_mul_avx512, kernels::dot_avx512, kernels::axpy_avx512,
+    kernels::matmul_rows_avx512,    kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx512,    kernels::softmax_avx512,
+    kernels::silu_mul_avx512,       kernels::dot_avx512,        kernels::axpy_avx512,
 };
 constexpr kernels::CpuKernels kAvx512Vnni = {
-    kernels::matmul_rows_avx512, kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx512vnni, kernels::rmsnorm_avx512, kernels::softmax_avx512,
-    kernels::silu_mul_avx512, kernels::dot_avx512, kernels::axpy_avx512,
+    kernels::matmul_rows_avx512,
+    kernels::row_to_f32_avx512,
+    kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx512vnni,
+    kernels::rmsnorm_avx512,
+    kernels::softmax_avx512,
+    kernels::silu_mul_avx512,
+    kernels::dot_avx512,
+    kernels::axpy_avx512,
 };
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 rejects "f16c" in __builtin_cpu_supports,
@@ -43,8 +49,7 @@ bool cpu_has_f16c() {
 // (kernels/CMakeLists.txt), so a table is never chosen on a CPU that lacks one of them.
 Isa probe_isa() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    cpu_has_f16c();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
   if (!avx2) return Isa::kScalar;
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

@@ -1,11 +1,11 @@
 // AVX-512 (F/BW/VL/DQ) matmul kernel and weight-row conversion (the algorithm is in matmul_simd.h).
-#include "kernels/cpu/simd_avx512.h"  // first: see its note on GCC warnings
 #include "kernels/cpu/matmul_simd.h"
+#include "kernels/cpu/simd_avx512.h"  // first: see its note on GCC warnings
 
 namespace chronos::kernels {
 
-void matmul_rows_avx512(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                      int64_t row_begin, int64_t row_end) {
+void matmul_rows_avx512(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                        int64_t row_end) {
   matmul_rows_simd<Avx512>(y, x, w, n_tokens, row_begin, row_end);
 }
 

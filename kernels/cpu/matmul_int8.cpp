@@ -150,8 +150,8 @@ void matmul_rows_int8_scalar(float* y, const void* xq, const WeightView& w, int6
   const auto* data = static_cast<const uint8_t*>(w.data);
   for (int64_t r = row_begin; r < row_end; ++r)
     for (int64_t t = 0; t < n_tokens; ++t)
-      y[t * w.rows + r] = dot_row_int8(w.dtype, data + r * row_bytes, static_cast<const uint8_t*>(xq) + t * act_bytes,
-                                       w.cols);
+      y[t * w.rows + r] =
+          dot_row_int8(w.dtype, data + r * row_bytes, static_cast<const uint8_t*>(xq) + t * act_bytes, w.cols);
 }
 
 }  // namespace chronos::kernels

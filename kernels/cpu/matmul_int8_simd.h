@@ -39,7 +39,7 @@ constexpr int64_t kInt8TokenPanel = 32;
 // The 8 int32 lanes of the sign-trick product of 32 signed weight levels w and activations x:
 // lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
 struct Avx2Dot {
-  static constexpr bool kQ8_0Pairs = false;  // no 512-bit step for two Q8_0 blocks x 4 tokens
+  static constexpr bool kQ8_0Pairs = false;    // no 512-bit step for two Q8_0 blocks x 4 tokens
   static constexpr bool kWideDecoded = false;  // nor for decoded blocks (step_decoded)
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
@@ -102,8 +102,12 @@ template <DType D>
 // Where a 32-weight type's nibbles start.
 template <DType D>
 constexpr int qs_at32() {
-  return D == DType::kQ4_0 ? q4_0::qs : D == DType::kQ5_0 ? q5_0::qs : D == DType::kQ4_1 ? q4_1::qs
-       : D == DType::kQ5_1 ? q5_1::qs : D == DType::kIQ4_NL ? iq4_nl::qs : mxfp4::qs;
+  return D == DType::kQ4_0     ? q4_0::qs
+         : D == DType::kQ5_0   ? q5_0::qs
+         : D == DType::kQ4_1   ? q4_1::qs
+         : D == DType::kQ5_1   ? q5_1::qs
+         : D == DType::kIQ4_NL ? iq4_nl::qs
+                               : mxfp4::qs;
 }
 
 // The 32 signed levels of a 32-weight block in weight order (Q4_1, Q5_1: unsigned, their m is
@@ -130,7 +134,6 @@ template <DType D>
     }
   }
 }
-
 
 // Word w of each 128-bit lane broadcast across that lane (shuffle_epi8 control).
 [[gnu::always_inline]] inline __m256i word_broadcast(int low_lane_word, int high_lane_word) {
@@ -161,8 +164,8 @@ template <DType D, int R, int T>
   if constexpr (D != DType::kMXFP4) {
     return lane_products<R, T>(blk, 0, dx);
   } else if constexpr (R == 4) {
-    const __m128 dw = _mm_setr_ps(e8m0_half(blk[0][mxfp4::e]), e8m0_half(blk[1][mxfp4::e]),
-                                  e8m0_half(blk[2][mxfp4::e]), e8m0_half(blk[3][mxfp4::e]));
+    const __m128 dw = _mm_setr_ps(e8m0_half(blk[0][mxfp4::e]), e8m0_half(blk[1][mxfp4::e]), e8m0_half(blk[2][mxfp4::e]),
+                                  e8m0_half(blk[3][mxfp4::e]));
     return _mm_mul_ps(dw, _mm_set1_ps(dx[0]));
   } else {
     return _mm_mul_ps(_mm_set1_ps(e8m0_half(blk[0][mxfp4::e])), _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]));
@@ -202,13 +205,13 @@ template <class Dot, DType D, int R, int T>
 // u0, u1, u2 are the three little-endian words of the 12 bytes; the 16-byte load from the scales
 // stays inside the block (qs follows).
 [[gnu::always_inline]] inline __m128i q4_k_scales_mins(const uint8_t* b) {
-  const __m128i v = load128(b + q4_k::scales);                                  // u0 u1 u2 .
-  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));                   // scales 0-3, mins 0-3
+  const __m128i v = load128(b + q4_k::scales);                 // u0 u1 u2 .
+  const __m128i low6 = _mm_and_si128(v, _mm_set1_epi8(0x3f));  // scales 0-3, mins 0-3
   const __m128i u2 = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 2, 2));
   const __m128i nibbles = _mm_and_si128(_mm_srlv_epi32(u2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0f));
   const __m128i top2 = _mm_and_si128(_mm_srli_epi32(v, 2), _mm_set1_epi8(0x30));  // (u >> 6 & 3) << 4
-  const __m128i high = _mm_or_si128(nibbles, top2);                              // scales 4-7, mins 4-7
-  return _mm_unpacklo_epi32(low6, high);                                         // s0-3 s4-7 m0-3 m4-7
+  const __m128i high = _mm_or_si128(nibbles, top2);                               // scales 4-7, mins 4-7
+  return _mm_unpacklo_epi32(low6, high);                                          // s0-3 s4-7 m0-3 m4-7
 }
 
 // Q3_K's 16 signed scales (quant_layout.h, q3_k_scale): byte j = low nibble | top two bits << 4,
@@ -218,7 +221,7 @@ template <class Dot, DType D, int R, int T>
   uint32_t a2;
   std::memcpy(&a2, b + q3_k::scales + 8, 4);
   const __m128i a01 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + q3_k::scales));
-  const __m128i a0101 = _mm_unpacklo_epi64(a01, a01);                           // a0 a1 a0 a1
+  const __m128i a0101 = _mm_unpacklo_epi64(a01, a01);  // a0 a1 a0 a1
   const __m128i low = _mm_and_si128(_mm_srlv_epi32(a0101, _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
   const __m128i a2v = _mm_set1_epi32(int(a2));
   const __m128i top = _mm_srlv_epi32(_mm_sllv_epi32(a2v, _mm_setr_epi32(4, 2, 0, 0)), _mm_setr_epi32(0, 0, 0, 2));
@@ -264,10 +267,10 @@ template <DType D>
     s.m_lo = _mm_setzero_si128();
     s.m_hi = s.m_lo;
   } else if constexpr (D == DType::kIQ4_XS) {
-    const __m128i sc = _mm_setr_epi16(int16_t(iq4_xs_scale(b, 0)), int16_t(iq4_xs_scale(b, 1)),
-                                      int16_t(iq4_xs_scale(b, 2)), int16_t(iq4_xs_scale(b, 3)),
-                                      int16_t(iq4_xs_scale(b, 4)), int16_t(iq4_xs_scale(b, 5)),
-                                      int16_t(iq4_xs_scale(b, 6)), int16_t(iq4_xs_scale(b, 7)));
+    const __m128i sc =
+        _mm_setr_epi16(int16_t(iq4_xs_scale(b, 0)), int16_t(iq4_xs_scale(b, 1)), int16_t(iq4_xs_scale(b, 2)),
+                       int16_t(iq4_xs_scale(b, 3)), int16_t(iq4_xs_scale(b, 4)), int16_t(iq4_xs_scale(b, 5)),
+                       int16_t(iq4_xs_scale(b, 6)), int16_t(iq4_xs_scale(b, 7)));
     s.lo = _mm256_broadcastsi128_si256(sc);
     s.hi = s.lo;
     s.m_lo = _mm_setzero_si128();
@@ -319,22 +322,23 @@ template <DType D>
     // Q4_K's nibbles (at q5_k::qs) plus 16 from bit k of qh[l].
     const __m256i v = load256(b + q5_k::qs + 32 * (k / 2));
     const __m256i low = k % 2 == 0 ? _mm256_and_si256(v, m15) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
-    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(load256(b + q5_k::qh), _mm_cvtsi32_si128(k)),
-                                          _mm256_set1_epi8(1));
+    const __m256i high =
+        _mm256_and_si256(_mm256_srl_epi16(load256(b + q5_k::qh), _mm_cvtsi32_si128(k)), _mm256_set1_epi8(1));
     return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
   } else {
     const int h = k / 4, s = k % 4;  // weights 128 h + 32 s + [0, 32)
     if constexpr (D == DType::kQ6_K) {
       const __m256i ql = load256(b + q6_k::ql + 64 * h + 32 * (s % 2));
       const __m256i low = _mm256_and_si256(s < 2 ? ql : _mm256_srli_epi16(ql, 4), m15);
-      const __m256i high = _mm256_and_si256(_mm256_srl_epi16(load256(b + q6_k::qh + 32 * h), _mm_cvtsi32_si128(2 * s)), m3);
+      const __m256i high =
+          _mm256_and_si256(_mm256_srl_epi16(load256(b + q6_k::qh + 32 * h), _mm_cvtsi32_si128(2 * s)), m3);
       return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
     } else {
       const __m256i v = load256(b + (D == DType::kQ2_K ? q2_k::qs : q3_k::qs) + 32 * h);
       __m256i u = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * s)), m3);
       if constexpr (D == DType::kQ3_K) {
-        const __m256i high = _mm256_and_si256(_mm256_srl_epi16(load256(b + q3_k::hmask), _mm_cvtsi32_si128(k)),
-                                              _mm256_set1_epi8(1));
+        const __m256i high =
+            _mm256_and_si256(_mm256_srl_epi16(load256(b + q3_k::hmask), _mm_cvtsi32_si128(k)), _mm256_set1_epi8(1));
         u = _mm256_or_si256(u, _mm256_slli_epi16(high, 2));
       }
       return u;
@@ -417,7 +421,8 @@ template <DType D>
     const uint32_t qh = read_u16(b + iq1_m::qh + 2 * k);  // two nibbles per byte: 3 grid bits, the delta's sign
     grid = grid64x4(iq1s_grid, q[0] | ((qh & 7) << 8), q[1] | (((qh >> 4) & 7) << 8), q[2] | (((qh >> 8) & 7) << 8),
                     q[3] | (((qh >> 12) & 7) << 8));
-    deltas = _mm256_setr_epi64x(delta((qh >> 3) & 1), delta((qh >> 7) & 1), delta((qh >> 11) & 1), delta((qh >> 15) & 1));
+    deltas =
+        _mm256_setr_epi64x(delta((qh >> 3) & 1), delta((qh >> 7) & 1), delta((qh >> 11) & 1), delta((qh >> 15) & 1));
   }
   return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), deltas);
 }
@@ -444,9 +449,10 @@ template <class Dot, DType D, int R, int T>
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       scaled[r * T + t] = _mm256_setzero_si256();
-        if constexpr (!has_scales_only(D))
-        mins[r * T + t] = has_q4_k_scales(D) ? _mm_madd_epi16(s.m_lo, bs_a[t])
-                                            : _mm_add_epi32(_mm_madd_epi16(s.m_lo, bs_a[t]), _mm_madd_epi16(s.m_hi, bs_b[t]));
+      if constexpr (!has_scales_only(D))
+        mins[r * T + t] = has_q4_k_scales(D)
+                              ? _mm_madd_epi16(s.m_lo, bs_a[t])
+                              : _mm_add_epi32(_mm_madd_epi16(s.m_lo, bs_a[t]), _mm_madd_epi16(s.m_hi, bs_b[t]));
     }
 #pragma GCC unroll 8
     for (int k = 0; k < 8; ++k) {
@@ -470,7 +476,8 @@ template <class Dot, DType D, int R, int T>
       for (int t = 0; t < T; ++t) {
         const __m256i x = load256(a[t]->qs + 32 * k);
         if constexpr (has_scales_only(D))  // signed levels: the sign trick (|w| <= 127, no saturation)
-          scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], _mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u), sc);
+          scaled[r * T + t] =
+              Dot::add_scaled_dot(scaled[r * T + t], _mm256_sign_epi8(u, u), _mm256_sign_epi8(x, u), sc);
         else
           scaled[r * T + t] = Dot::add_scaled_dot(scaled[r * T + t], u, x, sc);
       }
@@ -480,8 +487,9 @@ template <class Dot, DType D, int R, int T>
     // The block factor of quant_layout.h's iq_int8_d per row, times each token's d.
     __m128 dd;
     if constexpr (R == 4)
-      dd = _mm_mul_ps(_mm_setr_ps(iq_int8_d(D, blk[0]), iq_int8_d(D, blk[1]), iq_int8_d(D, blk[2]), iq_int8_d(D, blk[3])),
-                      _mm_set1_ps(dx[0]));
+      dd = _mm_mul_ps(
+          _mm_setr_ps(iq_int8_d(D, blk[0]), iq_int8_d(D, blk[1]), iq_int8_d(D, blk[2]), iq_int8_d(D, blk[3])),
+          _mm_set1_ps(dx[0]));
     else
       dd = _mm_mul_ps(_mm_set1_ps(iq_int8_d(D, blk[0])), _mm_setr_ps(dx[0], dx[1], dx[2], dx[3]));
     return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(hsum4(scaled[0], scaled[1], scaled[2], scaled[3])), acc);
@@ -790,8 +798,8 @@ void matmul_rows_int8_simd(float* y, const void* xq, const WeightView& w, int64_
   if (!dtype_is_block(w.dtype)) return matmul_rows_int8_scalar(y, xq, w, n_tokens, row_begin, row_end);  // reports it
   with_block_type(w.dtype, [&]<DType D>() {
     if constexpr (kBlockType<D>.int8_kernels)
-      matmul_int8_rows<T, D>(y, static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(w.data), w.rows,
-                             w.cols, n_tokens, row_begin, row_end);
+      matmul_int8_rows<T, D>(y, static_cast<const uint8_t*>(xq), static_cast<const uint8_t*>(w.data), w.rows, w.cols,
+                             n_tokens, row_begin, row_end);
     else  // ops take the f32 path for such a type (block_types.h)
       CHRONOS_CHECK_MSG(false, "no 8-bit-activation kernel for {}", dtype_name(D));
   });

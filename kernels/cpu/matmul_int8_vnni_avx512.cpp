@@ -86,8 +86,8 @@ struct VnniDot {
 
 }  // namespace
 
-void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens,
-                                 int64_t row_begin, int64_t row_end) {
+void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                                 int64_t row_end) {
   matmul_rows_int8_simd<VnniDot>(y, xq, w, n_tokens, row_begin, row_end);
 }
 

@@ -49,8 +49,7 @@ struct WeightLoad<V, WKind::kBF16> {
 
 // y[t * y_stride + i] = w[i * cols + :] · x[t * cols + :] for i < RB, t < TB.
 template <class V, WKind K, int RB, int TB>
-inline void dot_block(float* y, int64_t y_stride, const float* x,
-                      const typename WeightLoad<V, K>::T* w, int64_t cols) {
+inline void dot_block(float* y, int64_t y_stride, const float* x, const typename WeightLoad<V, K>::T* w, int64_t cols) {
   using L = WeightLoad<V, K>;
   using Vec = typename V::Vec;
   Vec acc[RB][TB];
@@ -91,16 +90,15 @@ inline void dot_block(float* y, int64_t y_stride, const float* x,
 // out[i] = rows[i][:cols] · x[:cols] for i < RB, rows anywhere in memory; the same arithmetic
 // per row as dot_block.
 template <class V, WKind K, int RB>
-inline void dot_rows(float* out, const float* x, const typename WeightLoad<V, K>::T* const* rows,
-                     int64_t cols) {
+inline void dot_rows(float* out, const float* x, const typename WeightLoad<V, K>::T* const* rows, int64_t cols) {
   using L = WeightLoad<V, K>;
   using Vec = typename V::Vec;
   Vec acc[RB];
 #pragma GCC unroll 8
   for (int i = 0; i < RB; ++i) acc[i] = V::zero();
   int64_t c = 0;
-  constexpr int kUnroll = 64 / (V::kLanes * int(sizeof(typename L::T))) > 1
-                              ? 64 / (V::kLanes * int(sizeof(typename L::T))) : 1;
+  constexpr int kUnroll =
+      64 / (V::kLanes * int(sizeof(typename L::T))) > 1 ? 64 / (V::kLanes * int(sizeof(typename L::T))) : 1;
   for (; c + kUnroll * V::kLanes <= cols; c += kUnroll * V::kLanes) {
 #pragma GCC unroll 8
     for (int i = 0; i < RB; ++i)  // integer arithmetic: the address may lie past the matrix
@@ -144,8 +142,8 @@ void convert_row(float* out, const typename WeightLoad<V, K>::T* in, int64_t n) 
 // core, 256 MB BF16): 4 streams 34, 6 streams 35.5, 8 streams 32 (power-of-two spacing
 // conflicts), 12 streams 35; F32: 4 streams 42, 8 streams 36-42.
 template <class V, WKind K>
-void matvec_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, int64_t cols,
-                 int64_t row_begin, int64_t row_end) {
+void matvec_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, int64_t cols, int64_t row_begin,
+                 int64_t row_end) {
   constexpr int RB = K == WKind::kF32 ? 4 : 6;
   const int64_t slice = (row_end - row_begin) / RB;  // rows per stream
   const typename WeightLoad<V, K>::T* rows_in_flight[RB];
@@ -163,22 +161,19 @@ void matvec_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w
 
 // Tokens [0, n_tokens) against RB f32 weight rows w_tile[RB, cols]; y has row stride `rows`.
 template <class V, int RB, int TB = V::kTokenBlock>
-void tile_times_tokens(float* y, int64_t rows, const float* x, int64_t n_tokens,
-                       const float* w_tile, int64_t cols) {
+void tile_times_tokens(float* y, int64_t rows, const float* x, int64_t n_tokens, const float* w_tile, int64_t cols) {
   int64_t t = 0;
-  for (; t + TB <= n_tokens; t += TB)
-    dot_block<V, WKind::kF32, RB, TB>(y + t * rows, rows, x + t * cols, w_tile, cols);
+  for (; t + TB <= n_tokens; t += TB) dot_block<V, WKind::kF32, RB, TB>(y + t * rows, rows, x + t * cols, w_tile, cols);
   if constexpr (TB > 1) {
-    if (t < n_tokens)
-      tile_times_tokens<V, RB, TB - 1>(y + t * rows, rows, x + t * cols, n_tokens - t, w_tile, cols);
+    if (t < n_tokens) tile_times_tokens<V, RB, TB - 1>(y + t * rows, rows, x + t * cols, n_tokens - t, w_tile, cols);
   }
 }
 
 // The n_tokens > 1 case: each block of RB weight rows is converted to f32 once per token panel
 // and then reused by every token of the panel.
 template <class V, WKind K, int RB = 4>
-void gemm_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, int64_t rows,
-               int64_t cols, int64_t n_tokens, int64_t row_begin, int64_t row_end) {
+void gemm_rows(float* y, const float* x, const typename WeightLoad<V, K>::T* w, int64_t rows, int64_t cols,
+               int64_t n_tokens, int64_t row_begin, int64_t row_end) {
   float* tile = K == WKind::kF32 ? nullptr : thread_scratch(RB * cols);  // [RB, cols]
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenPanel) {
     const int64_t n_panel = n_tokens - t0 < kTokenPanel ? n_tokens - t0 : kTokenPanel;
@@ -296,8 +291,7 @@ void dequantize_row_block(float* out, const uint8_t* row, int64_t n, int64_t blo
 
 // out[i] = rows[i] · x for i < RB: the weights formed in registers, then dot_block's FMAs.
 template <class V, DType D, int RB>
-inline void dot_block_rows(float* out, const float* x, const uint8_t* const* rows, int64_t cols,
-                           int64_t block_bytes) {
+inline void dot_block_rows(float* out, const float* x, const uint8_t* const* rows, int64_t cols, int64_t block_bytes) {
   constexpr int kBlock = block_elements_of(D), kGroups = kBlock / group_elements(D);
   using Vec = typename V::Vec;
   Vec acc[RB];
@@ -379,8 +373,8 @@ void matmul_rows_block(float* y, const float* x, const WeightView& w, int64_t n_
 }
 
 template <class V, WKind K>
-void matmul_rows_typed(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                       int64_t row_begin, int64_t row_end) {
+void matmul_rows_typed(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                       int64_t row_end) {
   const auto* data = static_cast<const typename WeightLoad<V, K>::T*>(w.data);
   if (n_tokens == 1)
     matvec_rows<V, K>(y, x, data, w.cols, row_begin, row_end);
@@ -390,8 +384,8 @@ void matmul_rows_typed(float* y, const float* x, const WeightView& w, int64_t n_
 
 // Entry point for one ISA; unsupported dtypes go to the scalar reference, which reports them.
 template <class V>
-void matmul_rows_simd(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                      int64_t row_begin, int64_t row_end) {
+void matmul_rows_simd(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                      int64_t row_end) {
   switch (w.dtype) {
     case DType::kF32: return matmul_rows_typed<V, WKind::kF32>(y, x, w, n_tokens, row_begin, row_end);
     case DType::kF16: return matmul_rows_typed<V, WKind::kF16>(y, x, w, n_tokens, row_begin, row_end);

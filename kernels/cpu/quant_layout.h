@@ -28,6 +28,7 @@ constexpr int kMaxBlockElements = 256;
 constexpr int kMaxGroups = 16;
 
 // Byte layouts, field by field (offsets within one block).
+// clang-format off
 namespace q8_0 { constexpr int d = 0, qs = 2; }                       // qs: 32 x int8
 namespace q4_0 { constexpr int d = 0, qs = 2; }                       // qs[j]: weight j low nibble, j + 16 high
 namespace q5_0 { constexpr int d = 0, qh = 2, qs = 6; }               // qh: u32 LE, bit j = fifth bit of weight j
@@ -41,6 +42,7 @@ namespace q5_1 { constexpr int d = 0, m = 2, qh = 4, qs = 8; }        // qh, qs 
 namespace iq4_nl { constexpr int d = 0, qs = 2; }                     // qs as Q4_0's, nibbles index kIq4NlGrid
 namespace iq4_xs { constexpr int d = 0, scales_h = 2, scales_l = 4, qs = 8; }  // qs: 8 x IQ4_NL's 16 bytes
 namespace mxfp4 { constexpr int e = 0, qs = 1; }                      // qs as Q4_0's, nibbles index kMxfp4Grid
+// clang-format on
 
 // IQ4_NL's and IQ4_XS's levels (ggml's kvalues_iq4nl), and MXFP4's E2M1 values doubled (0, 0.5,
 // 1, 1.5, 2, 3, 4, 6 and their negatives, times 2) so that they are integers; MXFP4's scale is then
@@ -71,8 +73,8 @@ inline int iq4_xs_scale(const uint8_t* b, int g) {
 // The grid of a non-linear 4-bit type (nullptr for the others).
 constexpr const int8_t* grid_of(DType dtype) {
   return dtype == DType::kIQ4_NL || dtype == DType::kIQ4_XS ? kIq4NlGrid
-         : dtype == DType::kMXFP4                            ? kMxfp4Grid
-                                                             : nullptr;
+         : dtype == DType::kMXFP4                           ? kMxfp4Grid
+                                                            : nullptr;
 }
 
 inline float read_f16(const uint8_t* p) {
@@ -116,6 +118,7 @@ inline int q3_k_scale(const uint8_t* scales, int j) {
 // mul[g] * level: level = the grid magnitude with its sign (IQ2, IQ3), or 8 (grid value +- 1/8)
 // for IQ1, whose mul then carries the factor 1/8 (exact: a power of two), so that the product is
 // the same single rounding of the same real number as gguf's dl * (grid + delta).
+// clang-format off
 namespace iq2_xxs { constexpr int d = 0, qs = 2; }                    // qs: 8 x (4 grid bytes, u32 signs + scale)
 namespace iq2_xs { constexpr int d = 0, qs = 2, scales = 66; }        // qs: 32 x u16
 namespace iq2_s { constexpr int d = 0, qs = 2, signs = 34, qh = 66, scales = 74; }
@@ -123,6 +126,7 @@ namespace iq3_xxs { constexpr int d = 0, qs = 2, scales_signs = 66; }  // scales
 namespace iq3_s { constexpr int d = 0, qs = 2, qh = 66, signs = 74, scales = 106; }
 namespace iq1_s { constexpr int d = 0, qs = 2, qh = 34; }             // qh: 8 x u16
 namespace iq1_m { constexpr int qs = 0, qh = 32, scales = 48; }       // no d field: it is spread over scales
+// clang-format on
 
 constexpr bool is_iq_grid_type(DType dtype) {
   return dtype == DType::kIQ2_XXS || dtype == DType::kIQ2_XS || dtype == DType::kIQ2_S || dtype == DType::kIQ3_XXS ||
@@ -264,8 +268,7 @@ inline float iq_int8_d(DType dtype, const uint8_t* b) {
       for (int j = 0; j < 8; ++j) q[j] = int8_t(8 * int(int8_t((row >> (8 * j)) & 0xFF)) + delta);
       return;
     }
-    default:
-      return;
+    default: return;
   }
 }
 
@@ -336,8 +339,7 @@ inline float iq_int8_d(DType dtype, const uint8_t* b) {
       }
       return;
     }
-    default:
-      return;  // callers check dtype_is_block first
+    default: return;  // callers check dtype_is_block first
   }
 }
 
@@ -349,9 +351,7 @@ inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
     return;
   }
   switch (dtype) {
-    case DType::kQ8_0:
-      std::memcpy(q, b + q8_0::qs, 32);
-      return;
+    case DType::kQ8_0: std::memcpy(q, b + q8_0::qs, 32); return;
     case DType::kQ4_0:
       for (int j = 0; j < 16; ++j) {
         q[j] = int8_t((b[q4_0::qs + j] & 0xF) - 8);
@@ -360,7 +360,8 @@ inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
       return;
     case DType::kQ5_0:
     case DType::kQ5_1: {
-      const int qh_at = dtype == DType::kQ5_0 ? q5_0::qh : q5_1::qh, qs_at = dtype == DType::kQ5_0 ? q5_0::qs : q5_1::qs;
+      const int qh_at = dtype == DType::kQ5_0 ? q5_0::qh : q5_1::qh,
+                qs_at = dtype == DType::kQ5_0 ? q5_0::qs : q5_1::qs;
       const int offset = dtype == DType::kQ5_0 ? 16 : 0;
       uint32_t qh;
       std::memcpy(&qh, b + qh_at, 4);  // little-endian, as x86
@@ -434,8 +435,7 @@ inline void decode_levels(DType dtype, const uint8_t* b, int8_t* q) {
           q[h * 128 + k] = int8_t((low | (high << 4)) - 32);
         }
       return;
-    default:
-      return;
+    default: return;
   }
 }
 

@@ -34,8 +34,8 @@ float signed_absmax(const float* x, int n) {
 // minimum is clamped to <= 0, so zero stays representable). Starts from the min/max grid, then
 // tries nstep scales around it, each refitted by weighted least squares for (scale, min); keeps the
 // one of least weighted error (absolute error when use_mad, else squared). Returns the scale.
-float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* min_out,
-                    float rmin, float rdelta, int nstep, bool use_mad) {
+float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* min_out, float rmin,
+                    float rdelta, int nstep, bool use_mad) {
   float min = x[0], max = x[0], sum_w = weights[0], sum_x = sum_w * x[0];
   for (int i = 1; i < n; ++i) {
     min = std::min(min, x[i]);
@@ -244,8 +244,10 @@ int nearest_grid_index(const int8_t* grid, float v) {
   int low = 0, high = 15;
   while (high - low > 1) {
     const int mid = (low + high) / 2;
-    if (v < float(grid[mid])) high = mid;
-    else low = mid;
+    if (v < float(grid[mid]))
+      high = mid;
+    else
+      low = mid;
   }
   return v - float(grid[high - 1]) < float(grid[high]) - v ? high - 1 : high;
 }

@@ -33,16 +33,10 @@ struct Avx2 {
   }
   static Vec from_f16(__m128i h) { return _mm256_cvtph_ps(h); }
   // bf16 is the top half of an f32: widening and shifting is exact.
-  static Vec from_bf16(__m128i h) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-  static Vec load_f16(const uint16_t* p) {
-    return from_f16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
+  static Vec from_bf16(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+  static Vec load_f16(const uint16_t* p) { return from_f16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static Vec load_f16_tail(const uint16_t* p, int n) { return from_f16(load_u16_tail(p, n)); }
-  static Vec load_bf16(const uint16_t* p) {
-    return from_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
+  static Vec load_bf16(const uint16_t* p) { return from_bf16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static Vec load_bf16_tail(const uint16_t* p, int n) { return from_bf16(load_u16_tail(p, n)); }
 
   // Integer lanes for reading block-quantized levels (matmul_simd.h, block_levels).
@@ -97,8 +91,7 @@ struct Avx2 {
   static Vec exp(Vec x) {
     const Vec hi = set1(88.72283905f);
     const Vec xc = _mm256_min_ps(hi, _mm256_max_ps(set1(-104.0f), x));
-    const Vec n = _mm256_round_ps(mul(xc, set1(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Vec n = _mm256_round_ps(mul(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     Vec r = _mm256_fnmadd_ps(n, set1(0.693359375f), xc);
     r = _mm256_fnmadd_ps(n, set1(-2.12194440e-4f), r);
     Vec p = set1(1.9875691500e-4f);
@@ -112,8 +105,8 @@ struct Avx2 {
     const __m256i n_half = _mm256_srai_epi32(n_int, 1);
     const __m256i bias = _mm256_set1_epi32(127);
     const Vec scale1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n_half, bias), 23));
-    const Vec scale2 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(n_int, n_half), bias), 23));
+    const Vec scale2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(n_int, n_half), bias), 23));
     const Vec result = mul(mul(p, scale1), scale2);
     return _mm256_blendv_ps(result, set1(__builtin_inff()), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
   }

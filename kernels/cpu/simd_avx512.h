@@ -33,21 +33,11 @@ struct Avx512 {
 
   static Vec from_f16(__m256i h) { return _mm512_cvtph_ps(h); }
   // bf16 is the top half of an f32: widening and shifting is exact.
-  static Vec from_bf16(__m256i h) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-  static Vec load_f16(const uint16_t* p) {
-    return from_f16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static Vec load_f16_tail(const uint16_t* p, int n) {
-    return from_f16(_mm256_maskz_loadu_epi16(mask(n), p));
-  }
-  static Vec load_bf16(const uint16_t* p) {
-    return from_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  static Vec load_bf16_tail(const uint16_t* p, int n) {
-    return from_bf16(_mm256_maskz_loadu_epi16(mask(n), p));
-  }
+  static Vec from_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static Vec load_f16(const uint16_t* p) { return from_f16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Vec load_f16_tail(const uint16_t* p, int n) { return from_f16(_mm256_maskz_loadu_epi16(mask(n), p)); }
+  static Vec load_bf16(const uint16_t* p) { return from_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Vec load_bf16_tail(const uint16_t* p, int n) { return from_bf16(_mm256_maskz_loadu_epi16(mask(n), p)); }
 
   // Integer lanes for reading block-quantized levels (matmul_simd.h, block_levels).
   using IVec = __m512i;
@@ -65,7 +55,9 @@ struct Avx512 {
   static IVec isrlv(IVec a, IVec n) { return _mm512_srlv_epi32(a, n); }
   static Vec to_float(IVec a) { return _mm512_cvtepi32_ps(a); }
   // Lane i = table[idx[i]], idx in [0, 16): one 16-entry permute.
-  static IVec lookup16(const int32_t* table, IVec idx) { return _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(table)); }
+  static IVec lookup16(const int32_t* table, IVec idx) {
+    return _mm512_permutexvar_epi32(idx, _mm512_loadu_si512(table));
+  }
   // 16 int8 levels as f32, exactly.
   static Vec load_i8(const int8_t* p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -88,8 +80,8 @@ struct Avx512 {
     const Vec hi = set1(88.72283905f);
     // max/min return their second operand when one is NaN: x goes second to keep NaN.
     const Vec xc = _mm512_min_ps(hi, _mm512_max_ps(set1(-104.0f), x));
-    const Vec n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)),
-                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const Vec n =
+        _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     Vec r = _mm512_fnmadd_ps(n, set1(0.693359375f), xc);
     r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
     Vec p = set1(1.9875691500e-4f);

@@ -1,6 +1,6 @@
 // AVX-512 (F/BW/VL/DQ) vector ops (the algorithms are in vector_ops_simd.h).
-#include "kernels/cpu/simd_avx512.h"  // first: see its note on GCC warnings
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx512.h"  // first: see its note on GCC warnings
 #include "kernels/cpu/vector_ops_simd.h"
 
 namespace chronos::kernels {

@@ -50,8 +50,7 @@ void rmsnorm_simd(float* y, const float* x, const float* weight, int64_t n, floa
     V::store(y + i, V::mul(V::mul(V::load(x + i), scale), V::load(weight + i)));
   if (i < n) {
     const int rest = int(n - i);
-    V::store_tail(y + i, V::mul(V::mul(V::load_tail(x + i, rest), scale), V::load_tail(weight + i, rest)),
-                  rest);
+    V::store_tail(y + i, V::mul(V::mul(V::load_tail(x + i, rest), scale), V::load_tail(weight + i, rest)), rest);
   }
 }
 
@@ -92,9 +91,7 @@ template <class V>
 void silu_mul_simd(float* out, const float* gate, const float* up, int64_t n) {
   using Vec = typename V::Vec;
   const Vec one = V::set1(1.0f);
-  const auto silu_mul = [&](Vec g, Vec u) {
-    return V::mul(V::div(g, V::add(one, V::exp(V::sub(V::zero(), g)))), u);
-  };
+  const auto silu_mul = [&](Vec g, Vec u) { return V::mul(V::div(g, V::add(one, V::exp(V::sub(V::zero(), g)))), u); };
   int64_t i = 0;
   for (; i + V::kLanes <= n; i += V::kLanes) V::store(out + i, silu_mul(V::load(gate + i), V::load(up + i)));
   if (i < n) {

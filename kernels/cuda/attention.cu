@@ -15,13 +15,12 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kKeyTile = 64;
 
-__global__ void attention_kernel(float* out, const float* q, const float* k_cache, const float* v_cache,
-                                 int64_t pos0, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window,
-                                 float scale) {
+__global__ void attention_kernel(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t pos0,
+                                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, float scale) {
   extern __shared__ float shared_mem[];
-  float* q_head = shared_mem;           // [head_dim]
-  float* acc = shared_mem + head_dim;   // [head_dim], element d owned by thread d % blockDim.x
-  __shared__ float tile_p[kKeyTile];    // scores, then exp(score - running max)
+  float* q_head = shared_mem;          // [head_dim]
+  float* acc = shared_mem + head_dim;  // [head_dim], element d owned by thread d % blockDim.x
+  __shared__ float tile_p[kKeyTile];   // scores, then exp(score - running max)
   __shared__ float running_max, running_sum, correction;
 
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;

@@ -92,8 +92,8 @@ void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* 
   const cudaDataType_t type = w.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
   const char* what = w.dtype == DType::kF16 ? "gemm (F16)" : "gemm (BF16)";
   const float accumulate = 1.0f;
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, hi, type, k,
-                            &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, hi, type, k, &beta,
+                            y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                what);
   check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, lo, type, k,
                             &accumulate, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),

@@ -141,8 +141,7 @@ CHRONOS_HD inline void block_weights8(const uint8_t* b, int first, float (&w)[kB
     const uint32_t qh = uint32_t(b[2]) | (uint32_t(b[3]) << 8) | (uint32_t(b[4]) << 16) | (uint32_t(b[5]) << 24);
     const uint8_t* qs = b + 6 + (first & 15);
     const int shift = first >= 16 ? 4 : 0;
-    for (int j = 0; j < kBlockPiece; ++j)
-      q[j] = (((qs[j] >> shift) & 0xF) | (int((qh >> (first + j)) & 1u) << 4)) - 16;
+    for (int j = 0; j < kBlockPiece; ++j) q[j] = (((qs[j] >> shift) & 0xF) | (int((qh >> (first + j)) & 1u) << 4)) - 16;
   } else if constexpr (D == DType::kQ4_1 || D == DType::kQ5_1) {
     // d @0, m @2, (Q5_1: qh u32 @4), qs[16] @4 or @8: d q + m, computed as d q - (-m) (the same sum).
     mul = read_f16(b);

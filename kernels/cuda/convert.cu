@@ -26,8 +26,10 @@ void split_f32(void* hi, void* lo, DType dtype, const float* src, int64_t n, cud
   if (n <= 0) return;
   auto* h = static_cast<uint16_t*>(hi);
   auto* l = static_cast<uint16_t*>(lo);
-  if (dtype == DType::kF16) split_kernel<DType::kF16><<<grid_for(n, 256), 256, 0, stream>>>(h, l, src, n);
-  else split_kernel<DType::kBF16><<<grid_for(n, 256), 256, 0, stream>>>(h, l, src, n);
+  if (dtype == DType::kF16)
+    split_kernel<DType::kF16><<<grid_for(n, 256), 256, 0, stream>>>(h, l, src, n);
+  else
+    split_kernel<DType::kBF16><<<grid_for(n, 256), 256, 0, stream>>>(h, l, src, n);
   CHRONOS_CUDA_CHECK_LAUNCH("split_f32");
 }
 
@@ -36,8 +38,10 @@ void convert_f32(void* dst, DType dtype, const float* src, int64_t n, cudaStream
     throw_cuda_error("CUDA convert_f32: target dtype {} is not F16 or BF16", dtype_name(dtype));
   if (n <= 0) return;
   auto* out = static_cast<uint16_t*>(dst);
-  if (dtype == DType::kF16) convert_kernel<DType::kF16><<<grid_for(n, 256), 256, 0, stream>>>(out, src, n);
-  else convert_kernel<DType::kBF16><<<grid_for(n, 256), 256, 0, stream>>>(out, src, n);
+  if (dtype == DType::kF16)
+    convert_kernel<DType::kF16><<<grid_for(n, 256), 256, 0, stream>>>(out, src, n);
+  else
+    convert_kernel<DType::kBF16><<<grid_for(n, 256), 256, 0, stream>>>(out, src, n);
   CHRONOS_CUDA_CHECK_LAUNCH("convert_f32");
 }
 

@@ -18,18 +18,18 @@ namespace chronos::cuda {
 }  // namespace chronos::cuda
 
 // CHRONOS_CUDA_CHECK(cudaMemcpyAsync(...)): throws unless the call returned cudaSuccess.
-#define CHRONOS_CUDA_CHECK(call)                                                      \
-  do {                                                                                \
-    const cudaError_t chronos_cuda_status_ = (call);                                  \
-    if (chronos_cuda_status_ != cudaSuccess)                                          \
-      ::chronos::cuda::cuda_failed(chronos_cuda_status_, #call, __FILE__, __LINE__);  \
+#define CHRONOS_CUDA_CHECK(call)                                                     \
+  do {                                                                               \
+    const cudaError_t chronos_cuda_status_ = (call);                                 \
+    if (chronos_cuda_status_ != cudaSuccess)                                         \
+      ::chronos::cuda::cuda_failed(chronos_cuda_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: throws when the launch just queued failed (bad configuration, no device).
 // Completion is not checked: that would need a synchronize, which the engine never does here.
-#define CHRONOS_CUDA_CHECK_LAUNCH(op)                                                 \
-  do {                                                                                \
-    const cudaError_t chronos_cuda_status_ = cudaGetLastError();                      \
-    if (chronos_cuda_status_ != cudaSuccess)                                          \
-      ::chronos::cuda::cuda_failed(chronos_cuda_status_, op, __FILE__, __LINE__);     \
+#define CHRONOS_CUDA_CHECK_LAUNCH(op)                                             \
+  do {                                                                            \
+    const cudaError_t chronos_cuda_status_ = cudaGetLastError();                  \
+    if (chronos_cuda_status_ != cudaSuccess)                                      \
+      ::chronos::cuda::cuda_failed(chronos_cuda_status_, op, __FILE__, __LINE__); \
   } while (0)

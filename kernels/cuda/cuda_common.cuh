@@ -75,7 +75,9 @@ void with_weight_dtype(DType dtype, const char* op, F&& f) {
   }
 }
 
-CHRONOS_HD inline bool is_aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+CHRONOS_HD inline bool is_aligned(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // Whether rows of `cols` weights at `w` can be read 4 elements at a time (16 bytes for f32, 8 for
 // f16/bf16) next to 16-byte float4 reads of activation rows at x with the same column count. Block
@@ -206,8 +208,10 @@ __device__ inline void float_row_dot_partial(float (&acc)[kTokenGroup], const vo
 template <DType D>
 __device__ inline void row_dot_partial(float (&acc)[kTokenGroup], const void* w, int64_t row, int64_t cols,
                                        const float* x, int64_t x_stride, int n_rows, bool vec) {
-  if constexpr (dm::is_block_dtype(D)) block_row_dot_partial<D>(acc, w, row, cols, x, x_stride, n_rows, vec);
-  else float_row_dot_partial<D>(acc, w, row, cols, x, x_stride, n_rows, vec);
+  if constexpr (dm::is_block_dtype(D))
+    block_row_dot_partial<D>(acc, w, row, cols, x, x_stride, n_rows, vec);
+  else
+    float_row_dot_partial<D>(acc, w, row, cols, x, x_stride, n_rows, vec);
 }
 
 }  // namespace chronos::cuda

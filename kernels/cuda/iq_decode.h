@@ -69,7 +69,7 @@ CHRONOS_HD inline void iq_signed_levels8(uint64_t magnitudes, uint32_t signs, in
 template <DType D>
 CHRONOS_HD inline void iq_levels8(const uint8_t* b, int first, int (&q)[8]) {
   const int row = first / 8, sub = first / 32, k = row % 4;  // row: the 8-weight group; k: its place in sub
-  if constexpr (D == DType::kIQ2_XXS) {  // sub-block: 4 grid indices, then a u32 of 4 x 7 sign bits
+  if constexpr (D == DType::kIQ2_XXS) {                      // sub-block: 4 grid indices, then a u32 of 4 x 7 sign bits
     const uint32_t signs = (iq_u32(b + 2 + 8 * sub + 4) >> (7 * k)) & 127;
     iq_signed_levels8(kernels::iq2xxs_grid(b[2 + 8 * sub + k]), kernels::iq_signs(signs), q);
   } else if constexpr (D == DType::kIQ2_XS) {  // u16 qs[32] @2: 9-bit grid index, 7 sign bits

@@ -37,8 +37,8 @@ void matvec(float* y, const float* x, const WeightView& w, int64_t n_tokens, cud
   const int64_t groups = (n_tokens + kTokenGroup - 1) / kTokenGroup;
   const dim3 grid(unsigned((w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(groups < 65535 ? groups : 65535));
   with_weight_dtype(w.dtype, "matvec", [&](auto dtype) {
-    matvec_kernel<decltype(dtype)::value><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(y, x, w.data, w.rows, w.cols,
-                                                                                          n_tokens, vec);
+    matvec_kernel<decltype(dtype)::value>
+        <<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(y, x, w.data, w.rows, w.cols, n_tokens, vec);
   });
   CHRONOS_CUDA_CHECK_LAUNCH("matvec");
 }

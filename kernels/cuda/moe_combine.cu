@@ -28,8 +28,8 @@ void moe_combine(float* out, const float* y, const int32_t* row, const float* we
                  const float* shared, const float* shared_gate_logit, int64_t n_tokens, int64_t k, int64_t n_embd,
                  cudaStream_t stream) {
   if (n_tokens <= 0 || n_embd <= 0) return;
-  moe_combine_kernel<<<unsigned(n_tokens), 256, 0, stream>>>(out, y, row, weight, missing, shared, shared_gate_logit,
-                                                             k, n_embd);
+  moe_combine_kernel<<<unsigned(n_tokens), 256, 0, stream>>>(out, y, row, weight, missing, shared, shared_gate_logit, k,
+                                                             n_embd);
   CHRONOS_CUDA_CHECK_LAUNCH("moe_combine");
 }
 

@@ -64,8 +64,8 @@ void moe_gate_up(float* h, const float* x, const ExpertTask* tasks, int32_t n_ta
   if (n_tasks <= 0 || n_ff <= 0) return;
   require_whole_blocks(dtype, n_embd, "moe_gate_up", "gate/up");
   with_weight_dtype(dtype, "moe_gate_up", [&](auto d) {
-    moe_gate_up_kernel<decltype(d)::value><<<expert_grid(n_ff, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-        h, x, tasks, n_embd, n_ff);
+    moe_gate_up_kernel<decltype(d)::value>
+        <<<expert_grid(n_ff, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(h, x, tasks, n_embd, n_ff);
   });
   CHRONOS_CUDA_CHECK_LAUNCH("moe_gate_up");
 }
@@ -75,8 +75,8 @@ void moe_down(float* y, const float* h, const ExpertTask* tasks, int32_t n_tasks
   if (n_tasks <= 0 || n_embd <= 0) return;
   require_whole_blocks(dtype, n_ff, "moe_down", "down");
   with_weight_dtype(dtype, "moe_down", [&](auto d) {
-    moe_down_kernel<decltype(d)::value><<<expert_grid(n_embd, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(
-        y, h, tasks, n_embd, n_ff);
+    moe_down_kernel<decltype(d)::value>
+        <<<expert_grid(n_embd, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(y, h, tasks, n_embd, n_ff);
   });
   CHRONOS_CUDA_CHECK_LAUNCH("moe_down");
 }

@@ -14,8 +14,8 @@ constexpr int kThreads = 256;
 __global__ void router_topk_kernel(int32_t* ids, float* weights, float* probs, const float* logits, int64_t n_expert,
                                    int64_t k, bool norm_topk) {
   extern __shared__ float shared_mem[];
-  float* p = shared_mem;                // [n_expert]
-  float* slot_weight = p + n_expert;    // [k]
+  float* p = shared_mem;              // [n_expert]
+  float* slot_weight = p + n_expert;  // [k]
   __shared__ float scratch[kWarpSize];
   const int64_t t = blockIdx.x;
   const float* token_logits = logits + t * n_expert;

@@ -33,8 +33,10 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
 #if CHRONOS_HAVE_CUDA
     return make_cuda_backend(ordinal);
 #else
-    throw_error("--device {}: this chronos was built without the CUDA backend (no nvcc at configure time; "
-                "rebuild with -DCHRONOS_CUDA=ON on a machine with the CUDA toolkit)", device);
+    throw_error(
+        "--device {}: this chronos was built without the CUDA backend (no nvcc at configure time; "
+        "rebuild with -DCHRONOS_CUDA=ON on a machine with the CUDA toolkit)",
+        device);
 #endif
   }
   throw UsageError(fmt::format("--device must be cpu, cuda or cuda:N (got '{}')", device));

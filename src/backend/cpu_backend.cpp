@@ -120,7 +120,8 @@ Buffer alloc_aligned(size_t bytes) {
   const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t begin = (start + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
   if (begin > start) munmap(raw, begin - start);  // the slack before and after the aligned range
-  if (const size_t tail = span - (begin - start) - length; tail > 0) munmap(reinterpret_cast<void*>(begin + length), tail);
+  if (const size_t tail = span - (begin - start) - length; tail > 0)
+    munmap(reinterpret_cast<void*>(begin + length), tail);
   void* data = reinterpret_cast<void*>(begin);
   madvise(data, length, MADV_HUGEPAGE);  // advice: without transparent huge pages it is ignored
   return Buffer{data, bytes};

@@ -2,9 +2,9 @@
 // f32 -> f16 conversion.
 #include "chronos/dtype.h"
 
-#include <string>
 #include <cctype>
 #include <cmath>
+#include <string>
 
 #include "chronos/block_types.h"
 #include "chronos/error.h"
@@ -70,8 +70,8 @@ int64_t dtype_block_bytes(DType dtype) {
 int64_t dtype_row_bytes(DType dtype, int64_t n_elements) {
   const int64_t block_elements = dtype_block_elements(dtype);
   CHRONOS_CHECK_MSG(n_elements >= 0 && n_elements % block_elements == 0,
-                    "a {} row of {} elements is not a whole number of {}-element blocks", dtype_name(dtype),
-                    n_elements, block_elements);
+                    "a {} row of {} elements is not a whole number of {}-element blocks", dtype_name(dtype), n_elements,
+                    block_elements);
   return n_elements / block_elements * dtype_block_bytes(dtype);
 }
 
@@ -108,7 +108,7 @@ uint16_t f32_to_f16(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (>= 65520) -> inf
   if (abs < 0x38800000u) {                                  // subnormal or zero in f16
     const float magnitude = std::bit_cast<float>(abs);

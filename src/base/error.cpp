@@ -10,8 +10,8 @@
 namespace chronos {
 
 void check_failed(const char* expression, const char* file, int line, const std::string& message) {
-  fmt::print(stderr, "chronos: internal error: {}:{}: check failed: {}{}{}\n", file, line,
-             expression, message.empty() ? "" : ": ", message);
+  fmt::print(stderr, "chronos: internal error: {}:{}: check failed: {}{}{}\n", file, line, expression,
+             message.empty() ? "" : ": ", message);
   std::fflush(stderr);
   std::abort();
 }

@@ -100,8 +100,7 @@ void AtomicFile::commit() {
 }
 
 std::filesystem::path make_temp_dir_beside(const std::filesystem::path& target) {
-  const std::filesystem::path parent =
-      target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path parent = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
   std::string pattern = (parent / fmt::format(".{}.XXXXXX", target.filename().string())).string();
   if (::mkdtemp(pattern.data()) == nullptr)
     throw_error("{}: cannot create a temporary folder in {}: {}", target.string(), parent.string(),

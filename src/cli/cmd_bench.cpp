@@ -19,8 +19,8 @@
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "cli/commands.h"
-#include "cli/open_tokenizer.h"
 #include "cli/flags.h"
+#include "cli/open_tokenizer.h"
 #include "cli/streaming_flags.h"
 
 namespace chronos::cli {
@@ -55,8 +55,8 @@ struct Result {
   int64_t agree = 0, compared = 0;  // greedy agreement with the exact run
   double copy_seconds = 0;          // staging -> VRAM copy time (CUDA), timed on the copy stream
   double kl_sum = 0;
-  bool identical = true;            // free-running tokens equal the exact run's
-  int64_t extent_bytes = 0;         // one expert extent of the pack
+  bool identical = true;     // free-running tokens equal the exact run's
+  int64_t extent_bytes = 0;  // one expert extent of the pack
 };
 
 double percentile(std::vector<double> v, double q) {
@@ -240,17 +240,21 @@ int run_bench(const BenchArgs& args) {
   fmt::print(stderr, "\nchronos bench: {} ({} prompts x {} tokens, {} threads, io {}, device {})\n", dir.string(),
              prompts.size(), args.n_predict, pool.size(), lists.pread ? "pread" : "io_uring", lists.device);
   fmt::print(stderr, "{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>7} {:>8} {:>9} {:>8} {:>7} {:>9}\n", "configuration",
-             "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "approx%", "read MiB", "read GB/s", "agree%",
-             "mean KL");
+             "decode/s", "ttft ms", "p50 ms", "p99 ms", "stall s", "hit %", "approx%", "read MiB", "read GB/s",
+             "agree%", "mean KL");
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> labels;
   BarSeries tps{"decode tokens/s", {}}, stall{"seconds the compute side waited on I/O", {}};
-  ScatterPanel quality{"quality against speed, per budget", "decode tokens/s",
-                       "top-1 agreement with the exact run, teacher-forced (%)", {}};
+  ScatterPanel quality{"quality against speed, per budget",
+                       "decode tokens/s",
+                       "top-1 agreement with the exact run, teacher-forced (%)",
+                       {}};
   for (const Result& r : results) {
     const double lookups = double(std::max<int64_t>(1, r.stats.lookups));
     const double decode_tps = r.decode_seconds > 0 ? double(r.decode_steps) / r.decode_seconds : 0;
-    const double read_gbps = r.stats.prefetch.busy_seconds > 0 ? double(r.stats.prefetch.bytes_read) / r.stats.prefetch.busy_seconds / 1e9 : 0;
+    const double read_gbps = r.stats.prefetch.busy_seconds > 0
+                                 ? double(r.stats.prefetch.bytes_read) / r.stats.prefetch.busy_seconds / 1e9
+                                 : 0;
     // Quality figures need the exact run to compare with: without it (--no-baseline) there are none.
     // The all-resident row is the reference itself: it agrees with itself by definition.
     const bool compared = r.compared > 0 || r.config.resident;
@@ -258,7 +262,8 @@ int run_bench(const BenchArgs& args) {
     const bool approximate = r.config.options.on_miss != OnMiss::kWait;
     const bool has_kl = approximate && r.compared > 0;
     const double mean_kl = has_kl ? r.kl_sum / double(r.compared) : 0.0;
-    fmt::print(stderr, "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7} {:>9}\n",
+    fmt::print(stderr,
+               "{:<40} {:>9.2f} {:>8.1f} {:>8.2f} {:>8.2f} {:>9.3f} {:>7.1f} {:>8.1f} {:>9.1f} {:>8.2f} {:>7} {:>9}\n",
                r.config.label, decode_tps, 1e3 * r.ttft_seconds / double(prompts.size()),
                1e3 * percentile(r.step_seconds, 0.5), 1e3 * percentile(r.step_seconds, 0.99), r.stats.stall_seconds,
                100.0 * double(r.stats.hits) / lookups, 100.0 * double(r.stats.fallbacks + r.stats.lowbit) / lookups,
@@ -266,33 +271,45 @@ int run_bench(const BenchArgs& args) {
                compared ? fmt::format("{:.1f}", agree) : "-", has_kl ? fmt::format("{:.4f}", mean_kl) : "-");
     labels.push_back(r.config.label);
     if (compared)
-      quality.points.push_back({r.config.resident ? "all resident" : fmt::format("{} {}", r.config.flags.on_miss,
-                                                                                  r.config.flags.prefetch),
-                                r.config.resident ? "all resident" : "cache " + r.config.flags.expert_cache, decode_tps,
-                                agree});
+      quality.points.push_back(
+          {r.config.resident ? "all resident" : fmt::format("{} {}", r.config.flags.on_miss, r.config.flags.prefetch),
+           r.config.resident ? "all resident" : "cache " + r.config.flags.expert_cache, decode_tps, agree});
     tps.values.push_back(decode_tps);
     stall.values.push_back(r.stats.stall_seconds);
-    out.push_back({{"configuration", r.config.label}, {"expert_cache", r.config.flags.expert_cache},
-                   {"budget_bytes", r.budget_bytes}, {"on_miss", r.config.resident ? std::string("wait") : r.config.flags.on_miss},
+    out.push_back({{"configuration", r.config.label},
+                   {"expert_cache", r.config.flags.expert_cache},
+                   {"budget_bytes", r.budget_bytes},
+                   {"on_miss", r.config.resident ? std::string("wait") : r.config.flags.on_miss},
                    {"wait_above", r.config.options.wait_above ? nlohmann::json(*r.config.options.wait_above)
                                                               : nlohmann::json(nullptr)},
-                   {"prefetch", r.config.flags.prefetch}, {"io_latency_ms", r.config.options.prefetch.io_latency_ms},
+                   {"prefetch", r.config.flags.prefetch},
+                   {"io_latency_ms", r.config.options.prefetch.io_latency_ms},
                    {"eviction", r.config.flags.eviction},
-                   {"all_resident", r.config.resident}, {"decode_tokens_per_second", decode_tps},
-                   {"decode_seconds", r.decode_seconds}, {"decode_steps", r.decode_steps},
+                   {"all_resident", r.config.resident},
+                   {"decode_tokens_per_second", decode_tps},
+                   {"decode_seconds", r.decode_seconds},
+                   {"decode_steps", r.decode_steps},
                    {"time_to_first_token_seconds", r.ttft_seconds / double(prompts.size())},
                    {"token_latency_p50_seconds", percentile(r.step_seconds, 0.5)},
                    {"token_latency_p99_seconds", percentile(r.step_seconds, 0.99)},
-                   {"stall_seconds", r.stats.stall_seconds}, {"lookups", r.stats.lookups}, {"hits", r.stats.hits},
-                   {"hits_loading", r.stats.hits_loading}, {"misses", r.stats.misses},
-                   {"fallbacks", r.stats.fallbacks}, {"lowbit", r.stats.lowbit},
+                   {"stall_seconds", r.stats.stall_seconds},
+                   {"lookups", r.stats.lookups},
+                   {"hits", r.stats.hits},
+                   {"hits_loading", r.stats.hits_loading},
+                   {"misses", r.stats.misses},
+                   {"fallbacks", r.stats.fallbacks},
+                   {"lowbit", r.stats.lowbit},
                    {"bytes_read", r.stats.prefetch.bytes_read},
-                   {"prefetch_requests", r.stats.predicted}, {"predict_seconds", r.stats.predict_seconds},
+                   {"prefetch_requests", r.stats.predicted},
+                   {"predict_seconds", r.stats.predict_seconds},
                    {"cache_protected_skips", r.stats.cache.protected_skips},
-                   {"read_bandwidth_bytes_per_second", read_gbps * 1e9}, {"peak_cache_bytes", r.stats.cache.peak_bytes},
+                   {"read_bandwidth_bytes_per_second", read_gbps * 1e9},
+                   {"peak_cache_bytes", r.stats.cache.peak_bytes},
                    {"greedy_agreement", compared ? nlohmann::json(agree / 100.0) : nlohmann::json(nullptr)},
-                   {"mean_kl", has_kl ? nlohmann::json(mean_kl) : nlohmann::json(nullptr)}, {"device", lists.device},
-                   {"device_waits", r.stats.device_waits}, {"copies", r.stats.prefetch.copies},
+                   {"mean_kl", has_kl ? nlohmann::json(mean_kl) : nlohmann::json(nullptr)},
+                   {"device", lists.device},
+                   {"device_waits", r.stats.device_waits},
+                   {"copies", r.stats.prefetch.copies},
                    {"copy_seconds", r.copy_seconds},
                    {"tokens_identical_to_exact",
                     approximate || !compared ? nlohmann::json(nullptr) : nlohmann::json(r.identical)}});
@@ -311,15 +328,19 @@ int run_bench(const BenchArgs& args) {
 
 Command register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* sub = app.add_subcommand("bench", "Benchmark a pack over prompts and sweeps of cache budget, miss policy, prefetch");
+  CLI::App* sub =
+      app.add_subcommand("bench", "Benchmark a pack over prompts and sweeps of cache budget, miss policy, prefetch");
   sub->add_option("-m,--model", args->model, "Pack folder");
   sub->add_option("--prompts", args->prompts, "Prompts (JSON lines with \"prompt\")")->required();
   sub->add_option("-n,--n-predict", args->n_predict, "Tokens per prompt")
       ->capture_default_str()
       ->check(count_in<int64_t>(1, kMaxNewTokens));
-  sub->add_option("--limit", args->limit, "Prompts to run")->capture_default_str()->check(count_in<int64_t>(1, 1 << 20));
+  sub->add_option("--limit", args->limit, "Prompts to run")
+      ->capture_default_str()
+      ->check(count_in<int64_t>(1, 1 << 20));
   add_streaming_flags(sub, args->streaming, /*sweep=*/true);
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")
+      ->check(count_in(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")
       ->capture_default_str()
       ->check(count_in<int64_t>(2, kMaxContext));

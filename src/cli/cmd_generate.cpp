@@ -24,8 +24,8 @@
 #include "chronos/tokenizer.h"
 #include "cli/chat_flags.h"
 #include "cli/commands.h"
-#include "cli/open_tokenizer.h"
 #include "cli/flags.h"
+#include "cli/open_tokenizer.h"
 #include "cli/streaming_flags.h"
 
 namespace chronos::cli {
@@ -49,7 +49,8 @@ struct GenerateArgs {
   ChatFlags chat_flags;
   int threads = 0;
   int64_t ctx_size = 0;
-  int64_t batch_size = 128;  // prefill: 128 beat 64 in 8 of 10 side-by-side runs, 64 beat 32 by 10-25% (docs/quantization.md)
+  int64_t batch_size =
+      128;  // prefill: 128 beat 64 in 8 of 10 side-by-side runs, 64 beat 32 by 10-25% (docs/quantization.md)
   std::string stats_json;
   bool verbose = false;
   StreamingFlags streaming;
@@ -153,11 +154,13 @@ int run_generate(const GenerateArgs& args) {
   options.ignore_eos = args.ignore_eos;
   options.eos_ids = cfg.eos_token_ids;
   for (int32_t id : tokenizer.eos_ids())
-    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end()) options.eos_ids.push_back(id);
+    if (std::find(options.eos_ids.begin(), options.eos_ids.end(), id) == options.eos_ids.end())
+      options.eos_ids.push_back(id);
 
   const int64_t n_ctx = args.ctx_size > 0 ? args.ctx_size : std::min<int64_t>(cfg.n_ctx_train, 4096);
   if (n_ctx > cfg.n_ctx_train)
-    throw UsageError(fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
+    throw UsageError(
+        fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
   // The CPU backend is only needed for a pack folder; a CUDA device always.
@@ -172,22 +175,24 @@ int run_generate(const GenerateArgs& args) {
     streamer = make_streamer(*model, dir, *backend, streamer_options(streaming, model->sizes().expert_bytes),
                              streaming.expert_cache, streaming.pinned_budget);
   } else if (streaming.asks_for_streaming()) {
-    throw UsageError("--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
-                     "folder (chronos pack)");
+    throw UsageError(
+        "--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
+        "folder (chronos pack)");
   }
   const ForwardHooks hooks = streamer ? streamer->hooks() : ForwardHooks{};
-  Generator generator = on_cuda
-                            ? Generator(*model, tokenizer, make_cuda_runner(*model, *backend, n_ctx, args.batch_size, hooks))
-                            : Generator(*model, tokenizer, pool, n_ctx, args.batch_size, hooks);
+  Generator generator =
+      on_cuda ? Generator(*model, tokenizer, make_cuda_runner(*model, *backend, n_ctx, args.batch_size, hooks))
+              : Generator(*model, tokenizer, pool, n_ctx, args.batch_size, hooks);
   generator.stream_experts_with(streamer.get());
   const RunnerMemory memory = generator.runner().memory();
   if (on_cuda) {
-    spdlog::info("{}: VRAM: dense weights {} B, routed experts {} B (checkpoint) or {} B of cache slots (pack), "
-                 "KV cache {} B, workspace {} B; page-locked: runner {} B, staging {} B",
-                 streaming.device, memory.dense_weight_bytes, memory.expert_weight_bytes,
-                 streamer ? streamer->n_slots() * streamer->cache().slot_bytes() : 0, memory.kv_cache_bytes,
-                 memory.workspace_bytes, memory.pinned_bytes,
-                 streamer ? streamer->stats().prefetch.staging_buffers * streamer->cache().slot_bytes() : 0);
+    spdlog::info(
+        "{}: VRAM: dense weights {} B, routed experts {} B (checkpoint) or {} B of cache slots (pack), "
+        "KV cache {} B, workspace {} B; page-locked: runner {} B, staging {} B",
+        streaming.device, memory.dense_weight_bytes, memory.expert_weight_bytes,
+        streamer ? streamer->n_slots() * streamer->cache().slot_bytes() : 0, memory.kv_cache_bytes,
+        memory.workspace_bytes, memory.pinned_bytes,
+        streamer ? streamer->stats().prefetch.staging_buffers * streamer->cache().slot_bytes() : 0);
   }
   spdlog::info("{}: {} layers, {} experts (top-{}), {} prompt tokens, {} threads", dir.string(), cfg.n_layer,
                cfg.n_expert, cfg.n_expert_used, prompt.size(), pool.size());
@@ -209,12 +214,13 @@ int run_generate(const GenerateArgs& args) {
 
   if (streamer) {
     const StreamerStats ss = streamer->stats();
-    fmt::print(stderr,
-               "chronos: experts: {} lookups, {:.1f}% hits, {} misses, {} fallbacks, {} low-bit, stalled {:.1f} ms on I/O, "
-               "read {:.1f} MiB in {} reads ({}), cache {} slots\n",
-               ss.lookups, 100.0 * double(ss.hits) / double(std::max<int64_t>(1, ss.lookups)), ss.misses, ss.fallbacks,
-               ss.lowbit, ss.stall_seconds * 1e3, double(ss.prefetch.bytes_read) / (1 << 20), ss.prefetch.reads,
-               streamer->prefetcher().io_backend(), streamer->n_slots());
+    fmt::print(
+        stderr,
+        "chronos: experts: {} lookups, {:.1f}% hits, {} misses, {} fallbacks, {} low-bit, stalled {:.1f} ms on I/O, "
+        "read {:.1f} MiB in {} reads ({}), cache {} slots\n",
+        ss.lookups, 100.0 * double(ss.hits) / double(std::max<int64_t>(1, ss.lookups)), ss.misses, ss.fallbacks,
+        ss.lowbit, ss.stall_seconds * 1e3, double(ss.prefetch.bytes_read) / (1 << 20), ss.prefetch.reads,
+        streamer->prefetcher().io_backend(), streamer->n_slots());
   }
   fmt::print(stderr,
              "chronos: prompt {} tokens, prefill {:.1f} tok/s, first token {:.0f} ms, generated {} tokens, "
@@ -268,13 +274,15 @@ int run_generate(const GenerateArgs& args) {
 Command register_generate(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt (-p, -f or stdin), streamed to stdout");
-  sub->add_option("-m,--model", args->model, "Model folder (Hugging Face checkpoint); default: $CHRONOS_MODEL or the bundled model");
+  sub->add_option("-m,--model", args->model,
+                  "Model folder (Hugging Face checkpoint); default: $CHRONOS_MODEL or the bundled model");
   auto* p = sub->add_option("-p,--prompt", args->prompt, "Prompt text");
   sub->add_option("-f,--file", args->prompt_file, "Read the prompt from a file")->excludes(p);
   sub->add_option("-n,--n-predict", args->n_predict, "Tokens to generate at most")
       ->capture_default_str()
       ->check(count_in<int64_t>(0, kMaxNewTokens));
-  sub->add_option("--temp", args->temperature, "Temperature; 0 = greedy (default: generation_config.json, else greedy)");
+  sub->add_option("--temp", args->temperature,
+                  "Temperature; 0 = greedy (default: generation_config.json, else greedy)");
   sub->add_option("--top-k", args->top_k, "Keep the k most likely tokens; 0 = off");
   sub->add_option("--top-p", args->top_p, "Nucleus sampling mass; 1 = off");
   sub->add_option("--min-p", args->min_p, "Drop tokens below min-p times the top probability; 0 = off");
@@ -287,7 +295,8 @@ Command register_generate(CLI::App& app) {
   sub->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   sub->add_option("--system", args->system, "System message for --chat");
   add_chat_flags(sub, args->chat_flags);
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")
+      ->check(count_in(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length (default: min(max_position_embeddings, 4096))")
       ->check(count_in<int64_t>(1, kMaxContext));
   sub->add_option("-b,--batch-size", args->batch_size, "Prompt tokens per prefill step")

@@ -136,7 +136,8 @@ std::vector<std::pair<std::string, int64_t>> gguf_type_counts(const std::filesys
 }
 
 int run_inspect(const InspectArgs& args) {
-  if (!args.model.empty() && !args.positional.empty()) throw UsageError("give the model folder once (-m or positional)");
+  if (!args.model.empty() && !args.positional.empty())
+    throw UsageError("give the model folder once (-m or positional)");
   const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
   const auto model = Model::load(dir);
   const ModelConfig& c = model->config();
@@ -153,15 +154,30 @@ int run_inspect(const InspectArgs& args) {
   const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
   if (args.json) {
     nlohmann::json j = {
-        {"model", dir.string()}, {"architecture", c.arch_name()}, {"model_type", c.model_type},
-        {"layers", c.n_layer}, {"moe_layers", c.n_moe_layers()}, {"experts", c.n_expert},
-        {"experts_per_token", c.n_expert_used}, {"hidden_size", c.n_embd}, {"heads", c.n_head},
-        {"kv_heads", c.n_head_kv}, {"head_dim", c.head_dim}, {"vocab_size", c.n_vocab},
-        {"expert_ffn", c.n_ff_expert}, {"shared_expert_ffn", c.n_ff_shared}, {"dense_ffn", c.n_ff_dense},
-        {"max_position_embeddings", c.n_ctx_train}, {"params_total", total_params},
-        {"params_active_per_token", active_params}, {"dense_params", s.dense_params},
-        {"dense_bytes", s.dense_bytes}, {"expert_params", s.expert_params}, {"expert_bytes", s.expert_bytes},
-        {"bytes_per_expert", s.bytes_per_expert}, {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
+        {"model", dir.string()},
+        {"architecture", c.arch_name()},
+        {"model_type", c.model_type},
+        {"layers", c.n_layer},
+        {"moe_layers", c.n_moe_layers()},
+        {"experts", c.n_expert},
+        {"experts_per_token", c.n_expert_used},
+        {"hidden_size", c.n_embd},
+        {"heads", c.n_head},
+        {"kv_heads", c.n_head_kv},
+        {"head_dim", c.head_dim},
+        {"vocab_size", c.n_vocab},
+        {"expert_ffn", c.n_ff_expert},
+        {"shared_expert_ffn", c.n_ff_shared},
+        {"dense_ffn", c.n_ff_dense},
+        {"max_position_embeddings", c.n_ctx_train},
+        {"params_total", total_params},
+        {"params_active_per_token", active_params},
+        {"dense_params", s.dense_params},
+        {"dense_bytes", s.dense_bytes},
+        {"expert_params", s.expert_params},
+        {"expert_bytes", s.expert_bytes},
+        {"bytes_per_expert", s.bytes_per_expert},
+        {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
     };
     j["tensor_classes"] = nlohmann::json::array();
     for (const TensorClass& tc : classes)
@@ -172,10 +188,15 @@ int run_inspect(const InspectArgs& args) {
     }
     if (pack) {
       const PackSummaryView& v = *pack;
-      j["pack"] = {{"clusters", v.clusters}, {"experts", v.experts}, {"method", v.method},
-                   {"cluster_bytes_min", v.min_bytes}, {"cluster_bytes_median", v.median_bytes},
-                   {"cluster_bytes_max", v.max_bytes}, {"modularity", v.modularity},
-                   {"intra_cluster_weight_share", v.intra_share}, {"traced_tokens", v.traced_tokens}};
+      j["pack"] = {{"clusters", v.clusters},
+                   {"experts", v.experts},
+                   {"method", v.method},
+                   {"cluster_bytes_min", v.min_bytes},
+                   {"cluster_bytes_median", v.median_bytes},
+                   {"cluster_bytes_max", v.max_bytes},
+                   {"modularity", v.modularity},
+                   {"intra_cluster_weight_share", v.intra_share},
+                   {"traced_tokens", v.traced_tokens}};
     }
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -211,8 +232,9 @@ int run_inspect(const InspectArgs& args) {
     fmt::print("pack             {} clusters ({}), {} experts; cluster files {} .. {} (median {})\n", v.clusters,
                v.method, v.experts, human_bytes(v.min_bytes), human_bytes(v.max_bytes), human_bytes(v.median_bytes));
     if (v.have_stats)
-      fmt::print("co-activation    modularity {:.3f}, {:.1f}% of co-activation weight inside clusters ({} traced tokens)\n",
-                 v.modularity, 100.0 * v.intra_share, v.traced_tokens);
+      fmt::print(
+          "co-activation    modularity {:.3f}, {:.1f}% of co-activation weight inside clusters ({} traced tokens)\n",
+          v.modularity, 100.0 * v.intra_share, v.traced_tokens);
   }
   return 0;
 }

@@ -34,18 +34,23 @@ std::optional<DType> parse_weight_type(const std::string& text, const char* flag
   if (upper == "F32" || upper == "F16" || upper == "BF16") return dtype_from_name(upper);
   if (const auto block = block_dtype_from_name(text); block && find_block_type(*block)->quantizer) return block;
   if (const auto block = block_dtype_from_name(text))
-    throw UsageError(fmt::format("{}: Chronos reads {} but does not quantize to it (it quantizes to f32, f16, bf16, {})",
-                                 flag, dtype_name(*block), block_type_names(true)));
-  throw UsageError(fmt::format("{} must be f32, f16, bf16 or a block type: {} (got '{}')", flag,
-                               block_type_names(true), text));
+    throw UsageError(
+        fmt::format("{}: Chronos reads {} but does not quantize to it (it quantizes to f32, f16, bf16, {})", flag,
+                    dtype_name(*block), block_type_names(true)));
+  throw UsageError(
+      fmt::format("{} must be f32, f16, bf16 or a block type: {} (got '{}')", flag, block_type_names(true), text));
 }
 
 int run_pack(const PackArgs& args) {
   PackOptions options;
-  if (args.cluster == "leiden") options.method = ClusterMethod::kLeiden;
-  else if (args.cluster == "louvain") options.method = ClusterMethod::kLouvain;
-  else if (args.cluster == "none") options.method = ClusterMethod::kNone;
-  else throw UsageError(fmt::format("--cluster must be leiden, louvain or none (got '{}')", args.cluster));
+  if (args.cluster == "leiden")
+    options.method = ClusterMethod::kLeiden;
+  else if (args.cluster == "louvain")
+    options.method = ClusterMethod::kLouvain;
+  else if (args.cluster == "none")
+    options.method = ClusterMethod::kNone;
+  else
+    throw UsageError(fmt::format("--cluster must be leiden, louvain or none (got '{}')", args.cluster));
   if (!(args.max_cluster_mib > 0)) throw UsageError("--max-cluster-mib must be positive");
   options.max_cluster_bytes = int64_t(args.max_cluster_mib * 1024 * 1024);
   options.seed = args.seed;
@@ -65,8 +70,8 @@ int run_pack(const PackArgs& args) {
   fmt::print(stderr,
              "chronos: packed {} into {}: {} clusters, {:.1f} MiB of experts, {:.1f} MiB dense; modularity {:.3f}, "
              "{:.1f}% of co-activation inside clusters ({} traced tokens){}\n",
-             dir.string(), args.out, s.n_clusters, double(s.expert_bytes) / (1 << 20), double(s.dense_bytes) / (1 << 20),
-             s.modularity, 100.0 * s.intra_cluster_weight_share, s.traced_tokens,
+             dir.string(), args.out, s.n_clusters, double(s.expert_bytes) / (1 << 20),
+             double(s.dense_bytes) / (1 << 20), s.modularity, 100.0 * s.intra_cluster_weight_share, s.traced_tokens,
              s.lowbit_bytes > 0 ? fmt::format("; low-bit copies {:.1f} MiB", double(s.lowbit_bytes) / (1 << 20)) : "");
   return 0;
 }
@@ -75,16 +80,17 @@ int run_pack(const PackArgs& args) {
 
 Command register_pack(CLI::App& app) {
   auto args = std::make_shared<PackArgs>();
-  CLI::App* sub = app.add_subcommand("pack", "Write a pack folder: dense.safetensors + routed experts in clustered .ctsr files");
+  CLI::App* sub =
+      app.add_subcommand("pack", "Write a pack folder: dense.safetensors + routed experts in clustered .ctsr files");
   sub->add_option("-m,--model", args->model, "Hugging Face checkpoint folder");
   sub->add_option("--traces", args->traces, "Folder of routing traces (chronos trace) for the co-activation clusters");
   sub->add_option("-o,--out", args->out, "Pack folder to create")->required();
   sub->add_option("--cluster", args->cluster, "leiden, louvain or none")->capture_default_str();
   sub->add_option("--max-cluster-mib", args->max_cluster_mib, "Largest cluster file, MiB")->capture_default_str();
   sub->add_option("-s,--seed", args->seed, "Community-detection seed")->capture_default_str();
-  sub->add_option("--expert-type", args->expert_type,
-                  "Type of the routed experts: bf16, f16, f32, " + block_type_names(true) +
-                      " (default: the checkpoint's)");
+  sub->add_option(
+      "--expert-type", args->expert_type,
+      "Type of the routed experts: bf16, f16, f32, " + block_type_names(true) + " (default: the checkpoint's)");
   sub->add_option("--dense-type", args->dense_type,
                   "Type of the dense matrices (attention, shared expert, embeddings, LM head); norms and router "
                   "keep theirs (default: the checkpoint's)");

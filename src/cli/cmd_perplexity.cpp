@@ -18,8 +18,8 @@
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "cli/commands.h"
-#include "cli/open_tokenizer.h"
 #include "cli/flags.h"
+#include "cli/open_tokenizer.h"
 #include "cli/streaming_flags.h"
 
 namespace chronos::cli {
@@ -93,7 +93,8 @@ int run_perplexity(const PerplexityArgs& args) {
   std::filesystem::path text_path = args.text;
   if (text_path.empty()) {
     text_path = dir / "prompts" / "test.jsonl";  // a pack or checkpoint of the demo model: its held-out prompts
-    if (!std::filesystem::exists(text_path)) throw UsageError("-f/--text is required (a text file or a prompts .jsonl)");
+    if (!std::filesystem::exists(text_path))
+      throw UsageError("-f/--text is required (a text file or a prompts .jsonl)");
   }
   const std::string text = read_text(text_path);
   const Tokenizer tokenizer = open_tokenizer(dir);
@@ -103,8 +104,9 @@ int run_perplexity(const PerplexityArgs& args) {
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
   const Loaded model = load(dir, args.streaming, true, pool, args.ctx_size);
   if (!model.model->experts_streamed() && args.streaming.asks_for_streaming())
-    throw UsageError("--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
-                     "folder (chronos pack)");
+    throw UsageError(
+        "--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
+        "folder (chronos pack)");
   Loaded reference;
   if (!args.reference.empty()) {
     reference = load(args.reference, args.streaming, false, pool, args.ctx_size);
@@ -137,9 +139,8 @@ int run_perplexity(const PerplexityArgs& args) {
                s.stall_seconds * 1e3);
   }
   if (!args.json.empty()) {
-    nlohmann::json j = {{"model", dir.string()},         {"text", text_path.string()},
-                        {"ctx_size", args.ctx_size},     {"windows", r.windows},
-                        {"tokens", r.tokens},            {"perplexity", r.perplexity()}};
+    nlohmann::json j = {{"model", dir.string()}, {"text", text_path.string()}, {"ctx_size", args.ctx_size},
+                        {"windows", r.windows},  {"tokens", r.tokens},         {"perplexity", r.perplexity()}};
     if (r.has_reference) {
       j["reference"] = args.reference;
       j["reference_perplexity"] = r.reference_perplexity();
@@ -166,7 +167,8 @@ Command register_perplexity(CLI::App& app) {
   sub->add_option("--ref", args->reference, "The exact model to compare with (all experts resident)");
   sub->add_option("-f,--text", args->text,
                   "Held-out text: a text file, or a prompts .jsonl (default: the model folder's prompts/test.jsonl)");
-  sub->add_option("-c,--ctx-size", args->ctx_size, "Window of tokens; its second half is scored")->capture_default_str();
+  sub->add_option("-c,--ctx-size", args->ctx_size, "Window of tokens; its second half is scored")
+      ->capture_default_str();
   sub->add_option("--windows", args->windows, "Windows to score (0: all)")->capture_default_str();
   sub->add_option("-t,--threads", args->threads, "Threads (default: the CPUs this process may use)");
   sub->add_option("--json", args->json, "Write the figures as JSON to this file");

@@ -11,8 +11,8 @@
 #include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "cli/commands.h"
-#include "cli/open_tokenizer.h"
 #include "cli/flags.h"
+#include "cli/open_tokenizer.h"
 
 namespace chronos::cli {
 namespace {
@@ -51,17 +51,18 @@ int run_trace(const TraceArgs& args) {
 
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
-  const TraceProgress done = record_traces(*model, tokenizer, dir, prompts, args.out, options, pool,
-                                           [&](const TraceProgress& p) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (tty) {
-      const int width = 30, filled = int(width * p.prompts_done / std::max<int64_t>(1, p.prompts_total));
-      fmt::print(stderr, "\rtrace [{:<{}}] {}/{} prompts, {} tokens, {:.0f} tok/s", std::string(size_t(filled), '#'),
-                 width, p.prompts_done, p.prompts_total, p.tokens, double(p.tokens) / std::max(seconds, 1e-9));
-    } else if (p.prompts_done == p.prompts_total || p.prompts_done % args.per_file == 0) {
-      fmt::print(stderr, "trace: {}/{} prompts, {} tokens\n", p.prompts_done, p.prompts_total, p.tokens);
-    }
-  });
+  const TraceProgress done =
+      record_traces(*model, tokenizer, dir, prompts, args.out, options, pool, [&](const TraceProgress& p) {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (tty) {
+          const int width = 30, filled = int(width * p.prompts_done / std::max<int64_t>(1, p.prompts_total));
+          fmt::print(stderr, "\rtrace [{:<{}}] {}/{} prompts, {} tokens, {:.0f} tok/s",
+                     std::string(size_t(filled), '#'), width, p.prompts_done, p.prompts_total, p.tokens,
+                     double(p.tokens) / std::max(seconds, 1e-9));
+        } else if (p.prompts_done == p.prompts_total || p.prompts_done % args.per_file == 0) {
+          fmt::print(stderr, "trace: {}/{} prompts, {} tokens\n", p.prompts_done, p.prompts_total, p.tokens);
+        }
+      });
   if (tty) fmt::print(stderr, "\n");
   fmt::print(stderr, "chronos: traced {} prompts ({} tokens; {} files already present) into {}\n", done.prompts_done,
              done.tokens, done.files_skipped, args.out);
@@ -74,7 +75,8 @@ Command register_trace(CLI::App& app) {
   auto args = std::make_shared<TraceArgs>();
   CLI::App* sub = app.add_subcommand("trace", "Record routing traces of a prompt set (for pack and train-predictors)");
   sub->add_option("-m,--model", args->model, "Hugging Face checkpoint folder");
-  sub->add_option("--prompts", args->prompts, "Prompts, one JSON object per line ({\"prompt\", \"id\", \"domain\"})")->required();
+  sub->add_option("--prompts", args->prompts, "Prompts, one JSON object per line ({\"prompt\", \"id\", \"domain\"})")
+      ->required();
   sub->add_option("-o,--out", args->out, "Output folder of .ctrace files (a rerun resumes)")->required();
   sub->add_option("-n,--n-predict", args->n_predict, "Tokens generated per prompt")
       ->capture_default_str()
@@ -82,8 +84,11 @@ Command register_trace(CLI::App& app) {
   sub->add_option("--limit", args->limit, "Use only the first N prompts");
   sub->add_option("--prompts-per-file", args->per_file, "Prompts per trace file")->capture_default_str();
   sub->add_option("--temp", args->temperature, "Sampling temperature (default: generation_config.json, else greedy)");
-  sub->add_option("-s,--seed", args->seed, "Seed (prompt i uses seed + i)")->capture_default_str()->check(decimal_u64());
-  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")->check(count_in(1, kMaxThreads));
+  sub->add_option("-s,--seed", args->seed, "Seed (prompt i uses seed + i)")
+      ->capture_default_str()
+      ->check(decimal_u64());
+  sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")
+      ->check(count_in(1, kMaxThreads));
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")
       ->capture_default_str()
       ->check(count_in<int64_t>(16, kMaxContext));

@@ -32,7 +32,6 @@ Command register_tokenize(CLI::App& app);
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);
 
-
 // Peak resident set size of this process in bytes.
 int64_t peak_rss_bytes();
 

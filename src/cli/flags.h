@@ -2,9 +2,9 @@
 // not a plain number is a usage error that names the flag (exit 2), never a silent wrap-around.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdint>
@@ -57,8 +57,8 @@ inline CLI::Validator decimal_u64() {
 inline void warn_if_oversubscribed(int threads) {
   const int cpus = available_cpus();
   if (threads > cpus)
-    spdlog::warn("--threads {} is more than the {} CPUs available to this process; expect it to run slower",
-                 threads, cpus);
+    spdlog::warn("--threads {} is more than the {} CPUs available to this process; expect it to run slower", threads,
+                 cpus);
 }
 
 // Limits shared by the subcommands.

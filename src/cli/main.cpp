@@ -2,12 +2,12 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <vector>
-#include <sys/resource.h>
 
 #include "chronos/error.h"
 #include "cli/commands.h"
@@ -19,7 +19,6 @@ std::filesystem::path resolve_model_dir(const std::string& flag_value) {
   if (const char* env = std::getenv("CHRONOS_MODEL"); env != nullptr && *env != '\0') return env;
   return CHRONOS_DEFAULT_MODEL_DIR;
 }
-
 
 int64_t peak_rss_bytes() {
   rusage usage{};
@@ -40,17 +39,22 @@ int main(int argc, char** argv) {
   CLI::App app{"Chronos: Mixture-of-Experts inference with experts streamed from disk"};
   app.set_version_flag("--version", std::string(CHRONOS_VERSION));
   app.require_subcommand(1);
-  const std::vector<cli::Command> commands = {cli::register_generate(app), cli::register_inspect(app),
-                                               cli::register_widen(app), cli::register_trace(app),
-                                               cli::register_pack(app), cli::register_bench(app),
-                                               cli::register_train_predictors(app),
-                                               cli::register_eval_predictors(app),
-                                               cli::register_perplexity(app),
-                                               cli::register_chat_template(app), cli::register_tokenize(app)};
+  const std::vector<cli::Command> commands = {cli::register_generate(app),
+                                              cli::register_inspect(app),
+                                              cli::register_widen(app),
+                                              cli::register_trace(app),
+                                              cli::register_pack(app),
+                                              cli::register_bench(app),
+                                              cli::register_train_predictors(app),
+                                              cli::register_eval_predictors(app),
+                                              cli::register_perplexity(app),
+                                              cli::register_chat_template(app),
+                                              cli::register_tokenize(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];
-    if (std::none_of(commands.begin(), commands.end(), [&](const cli::Command& c) { return c.app->get_name() == name; })) {
+    if (std::none_of(commands.begin(), commands.end(),
+                     [&](const cli::Command& c) { return c.app->get_name() == name; })) {
       std::string known;
       for (const cli::Command& c : commands) known += (known.empty() ? "" : ", ") + c.app->get_name();
       std::fprintf(stderr, "chronos: unknown command '%s' (commands: %s)\n", name.c_str(), known.c_str());

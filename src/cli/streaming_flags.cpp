@@ -15,8 +15,7 @@ bool StreamingFlags::asks_for_streaming() const {
   const StreamingFlags defaults;
   return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || !wait_above.empty() ||
          prefetch != defaults.prefetch || !prefetch_min_score.empty() || !prefetch_cap.empty() ||
-         !intent_share.empty() ||
-         eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
+         !intent_share.empty() || eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
 }
 
 void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
@@ -163,9 +162,9 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) 
   return so;
 }
 
-std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
-                                              const StreamerOptions& options, const std::string& expert_cache,
-                                              const std::string& pinned_budget) {
+std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir,
+                                              Backend& backend, const StreamerOptions& options,
+                                              const std::string& expert_cache, const std::string& pinned_budget) {
   try {
     return std::make_unique<ExpertStreamer>(model, pack_dir, backend, options);
   } catch (const BudgetTooSmall& e) {
@@ -175,7 +174,9 @@ std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::fil
 }
 
 nlohmann::json streamer_stats_json(const StreamerStats& s, int64_t extent_bytes) {
-  const auto ratio = [](double num, double den) { return den > 0 ? nlohmann::json(num / den) : nlohmann::json(nullptr); };
+  const auto ratio = [](double num, double den) {
+    return den > 0 ? nlohmann::json(num / den) : nlohmann::json(nullptr);
+  };
   const CacheStats& c = s.cache;
   const int64_t reads = c.demand_loads + c.prefetch_loads;
   return {{"lookups", s.lookups},
@@ -196,8 +197,7 @@ nlohmann::json streamer_stats_json(const StreamerStats& s, int64_t extent_bytes)
           {"prefetch_precision", ratio(double(c.prefetch_used), double(c.prefetch_loads))},
           {"predictions_dropped", s.predictions_dropped},
           {"wasted_share_of_reads", ratio(double(c.prefetch_wasted), double(reads))},
-          {"read_bandwidth_bytes_per_second",
-           ratio(double(s.prefetch.bytes_read), s.prefetch.busy_seconds)}};
+          {"read_bandwidth_bytes_per_second", ratio(double(s.prefetch.bytes_read), s.prefetch.busy_seconds)}};
 }
 
 }  // namespace chronos::cli

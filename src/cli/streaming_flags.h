@@ -1,6 +1,6 @@
 // The streaming flag group (--expert-cache, --on-miss, --wait-above, --prefetch, --prefetch-min-score,
-// --prefetch-cap, --intent-share, --eviction, --io-latency-ms, --pread, --pinned-budget, --device), declared once for every subcommand that runs a model, with
-// one parser per flag. Every error names its flag; the layers below never do.
+// --prefetch-cap, --intent-share, --eviction, --io-latency-ms, --pread, --pinned-budget, --device), declared once for
+// every subcommand that runs a model, with one parser per flag. Every error names its flag; the layers below never do.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -59,9 +59,9 @@ std::vector<std::string> split_list(const std::string& text, const char* flag);
 StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_bytes);
 
 // An ExpertStreamer over `pack_dir`; a budget too small for one expert is reported with its flag.
-std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
-                                              const StreamerOptions& options, const std::string& expert_cache,
-                                              const std::string& pinned_budget);
+std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir,
+                                              Backend& backend, const StreamerOptions& options,
+                                              const std::string& expert_cache, const std::string& pinned_budget);
 
 // Where a streamed run's expert bytes went, as bench --json, generate --stats-json and perplexity
 // --json report it: lookups and their outcomes, the byte hit rate (bytes of looked-up experts that

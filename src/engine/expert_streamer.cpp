@@ -28,9 +28,10 @@ void check_pack_against_config(const PackManifest& m, const ModelConfig& c, cons
   if (!m.config_fingerprint.empty()) {
     const std::string actual = config_fingerprint(dir / "config.json");
     if (actual != m.config_fingerprint)
-      throw_error("{}: config.json is not the one this pack was made with (its fingerprint is {}, {} records {}); "
-                  "repack the model",
-                  (dir / "config.json").string(), actual, where, m.config_fingerprint);
+      throw_error(
+          "{}: config.json is not the one this pack was made with (its fingerprint is {}, {} records {}); "
+          "repack the model",
+          (dir / "config.json").string(), actual, where, m.config_fingerprint);
   }
   if (m.num_experts != c.n_expert || m.num_moe_layers != c.n_moe_layers())
     throw_error("{}: {} MoE layers x {} experts, but config.json says {} x {}", where, m.num_moe_layers, m.num_experts,
@@ -68,11 +69,11 @@ ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& 
     const int64_t lowbit = manifest_.lowbit->bytes;
     const auto mib = [](int64_t bytes) { return double(bytes) / (1 << 20); };
     if (lowbit + cache_options.slot_bytes > options.budget_bytes)
-      throw BudgetTooSmall(BudgetTooSmall::Budget::kExpertCache,
-                           fmt::format("the low-bit copies ({}) take {:.1f} MiB of the {:.1f} MiB budget, leaving less "
-                                       "than one expert ({:.1f} MiB)",
-                                       manifest_.lowbit->dtype, mib(lowbit), mib(options.budget_bytes),
-                                       mib(cache_options.slot_bytes)));
+      throw BudgetTooSmall(
+          BudgetTooSmall::Budget::kExpertCache,
+          fmt::format("the low-bit copies ({}) take {:.1f} MiB of the {:.1f} MiB budget, leaving less "
+                      "than one expert ({:.1f} MiB)",
+                      manifest_.lowbit->dtype, mib(lowbit), mib(options.budget_bytes), mib(cache_options.slot_bytes)));
     cache_options.budget_bytes -= lowbit;
   }
   cache_ = std::make_unique<SharedExpertCache>(backend, cache_options);
@@ -171,7 +172,7 @@ void ExpertStreamer::request(std::span<const ExpertScore> scores, bool intent) {
     }
     for (const ExpertScore& s : scores) {
       const int64_t horizon = intent ? 0 : s.horizon;
-      const FetchPriority priority = intent ? FetchPriority::kIntent
+      const FetchPriority priority = intent         ? FetchPriority::kIntent
                                      : horizon == 0 ? FetchPriority::kSameToken
                                      : horizon == 1 ? FetchPriority::kNextToken
                                                     : FetchPriority::kLater;
@@ -194,14 +195,15 @@ void ExpertStreamer::on_block(int64_t layer, std::span<const float> hidden, int6
     intent_pending_ = false;
     const int64_t rows = std::min<int64_t>(n_tokens, 512);
     predictors_->intent(hidden.first(size_t(rows * d)), rows, scores_);
-    std::sort(scores_.begin(), scores_.end(), [](const ExpertScore& a, const ExpertScore& b) { return a.score > b.score; });
+    std::sort(scores_.begin(), scores_.end(),
+              [](const ExpertScore& a, const ExpertScore& b) { return a.score > b.score; });
     const auto keep = size_t(double(cache_->n_slots()) * options_.intent_share);
     if (scores_.size() > keep) scores_.resize(keep);
     request(scores_, true);
   }
   // The newest token's state predicts its own later layers and the next K tokens.
-  const int32_t per_layer = options_.predict_per_layer > 0 ? options_.predict_per_layer
-                                                           : int32_t(model_.config().n_expert_used);
+  const int32_t per_layer =
+      options_.predict_per_layer > 0 ? options_.predict_per_layer : int32_t(model_.config().n_expert_used);
   predictors_->lookahead(hidden.subspan(size_t((n_tokens - 1) * d), size_t(d)), per_layer, scores_);
   request(scores_, false);
   const auto locked = cache_->lock();
@@ -210,7 +212,8 @@ void ExpertStreamer::on_block(int64_t layer, std::span<const float> hidden, int6
 
 FfnWeights ExpertStreamer::view_of(const PackedExpert& expert, void* data) const {
   auto view = [&](const PackedTensor& t) {
-    return WeightView{static_cast<const std::byte*>(data) + (t.offset - expert.offset), t.dtype, t.shape[0], t.shape[1]};
+    return WeightView{static_cast<const std::byte*>(data) + (t.offset - expert.offset), t.dtype, t.shape[0],
+                      t.shape[1]};
   };
   return FfnWeights{view(expert.gate), view(expert.up), view(expert.down)};
 }
@@ -234,9 +237,12 @@ void ExpertStreamer::acquire(int64_t layer, std::span<const int32_t> experts, st
     // is still arriving: it counts with the loading ones (the non-blocking modes serve it as a miss,
     // so counting it as a hit made hits + lowbit exceed the lookups).
     const bool usable = slot.state == SlotState::kReady && slot.ready->query();
-    if (slot.state == SlotState::kEmpty) ++stats_.misses;
-    else if (!usable) ++stats_.hits_loading;
-    else ++stats_.hits;
+    if (slot.state == SlotState::kEmpty)
+      ++stats_.misses;
+    else if (!usable)
+      ++stats_.hits_loading;
+    else
+      ++stats_.hits;
     stats_.lookup_bytes += packed.bytes;
     if (usable) stats_.hit_bytes += packed.bytes;
 

@@ -38,7 +38,10 @@ class StopMatcher {
     size_t hold = 0;
     for (const std::string& stop : stops_)
       for (size_t len = std::min(stop.size() - (stop.empty() ? 0 : 1), pending_.size()); len > hold; --len)
-        if (pending_.compare(pending_.size() - len, len, stop, 0, len) == 0) { hold = len; break; }
+        if (pending_.compare(pending_.size() - len, len, stop, 0, len) == 0) {
+          hold = len;
+          break;
+        }
     std::string out = pending_.substr(0, pending_.size() - hold);
     pending_.erase(0, pending_.size() - hold);
     return out;
@@ -75,7 +78,10 @@ Generator::Generator(const Model& model, const Tokenizer& tokenizer, ThreadPool&
     : Generator(model, tokenizer, make_cpu_runner(model, pool, n_ctx, batch, std::move(hooks))) {}
 
 Generator::Generator(const Model& model, const Tokenizer& tokenizer, std::unique_ptr<ModelRunner> runner)
-    : model_(model), tokenizer_(tokenizer), runner_(std::move(runner)), n_ctx_(runner_->n_ctx()),
+    : model_(model),
+      tokenizer_(tokenizer),
+      runner_(std::move(runner)),
+      n_ctx_(runner_->n_ctx()),
       logits_(size_t(model.config().n_vocab)) {}
 
 Generator::~Generator() = default;
@@ -91,8 +97,8 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   stats.prompt_tokens = std::ssize(prompt);
   if (prompt.empty()) throw_error("the prompt is empty (no tokens to start from)");
   if (stats.prompt_tokens >= n_ctx_)
-    throw_error("the prompt is {} tokens, but the context holds {} (raise --ctx-size, at most {})",
-                stats.prompt_tokens, n_ctx_, model_.config().n_ctx_train);
+    throw_error("the prompt is {} tokens, but the context holds {} (raise --ctx-size, at most {})", stats.prompt_tokens,
+                n_ctx_, model_.config().n_ctx_train);
   Sampler sampler(options.sampling);
   std::vector<int32_t> history(prompt.begin(), prompt.end());
   history.reserve(size_t(stats.prompt_tokens + options.max_new_tokens));
@@ -108,7 +114,10 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   int64_t pos = stats.prompt_tokens;
   bool stopped = false;
   while (!stopped) {
-    if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
+    if (stats.generated_tokens >= options.max_new_tokens) {
+      stats.stop_reason = StopReason::kMaxTokens;
+      break;
+    }
     const int32_t id = sampler.sample(logits_, history);
     if (stats.generated_tokens == 0) {
       stats.time_to_first_token_seconds = seconds_since(start);
@@ -125,10 +134,19 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
     ++stats.generated_tokens;
     const std::string text = matcher.push(decoder.push(id), stopped);
     if (stopped) stats.stop_reason = StopReason::kStopString;
-    if (!text.empty() && !on_text(text)) { stats.stop_reason = StopReason::kCallback; stopped = true; }
+    if (!text.empty() && !on_text(text)) {
+      stats.stop_reason = StopReason::kCallback;
+      stopped = true;
+    }
     if (stopped) break;
-    if (pos + 1 >= n_ctx_) { stats.stop_reason = StopReason::kContextFull; break; }
-    if (stats.generated_tokens >= options.max_new_tokens) { stats.stop_reason = StopReason::kMaxTokens; break; }
+    if (pos + 1 >= n_ctx_) {
+      stats.stop_reason = StopReason::kContextFull;
+      break;
+    }
+    if (stats.generated_tokens >= options.max_new_tokens) {
+      stats.stop_reason = StopReason::kMaxTokens;
+      break;
+    }
     step(options, pos);
     runner_->forward(std::span<const int32_t>(&history.back(), 1), pos, logits_.data(), false);
     ++pos;

@@ -6,19 +6,19 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "chronos/error.h"
-#include "chronos/gguf.h"
-#include "chronos/model_config.h"
-#include "chronos/tokenizer.h"
 #include "chronos/file_util.h"
+#include "chronos/gguf.h"
 #include "chronos/io_ring.h"
+#include "chronos/model_config.h"
 #include "chronos/pack_format.h"
 #include "chronos/quant.h"
+#include "chronos/tokenizer.h"
 #include "chronos/trace.h"
 #include "model/arch/arch.h"
 
@@ -47,12 +47,19 @@ const char* method_name(ClusterMethod m) {
 // router and the shared expert's one-row gate (routing decisions stay in the source precision).
 bool dense_matrix_converts(TensorRole role) {
   switch (role) {
-    case TensorRole::kTokenEmbd: case TensorRole::kOutput: case TensorRole::kAttnQ: case TensorRole::kAttnK:
-    case TensorRole::kAttnV: case TensorRole::kAttnO: case TensorRole::kSharedGate: case TensorRole::kSharedUp:
-    case TensorRole::kSharedDown: case TensorRole::kDenseGate: case TensorRole::kDenseUp: case TensorRole::kDenseDown:
-      return true;
-    default:
-      return false;
+    case TensorRole::kTokenEmbd:
+    case TensorRole::kOutput:
+    case TensorRole::kAttnQ:
+    case TensorRole::kAttnK:
+    case TensorRole::kAttnV:
+    case TensorRole::kAttnO:
+    case TensorRole::kSharedGate:
+    case TensorRole::kSharedUp:
+    case TensorRole::kSharedDown:
+    case TensorRole::kDenseGate:
+    case TensorRole::kDenseUp:
+    case TensorRole::kDenseDown: return true;
+    default: return false;
   }
 }
 
@@ -83,8 +90,10 @@ WeightView convert_weight(const WeightView& w, DType target, std::vector<std::by
     }
   };
   // Each row is quantized on its own, so the bytes are the same whatever the split.
-  if (pool != nullptr && pool->size() > 1) pool->parallel_for(w.rows, 16, convert_rows);
-  else convert_rows(0, w.rows);
+  if (pool != nullptr && pool->size() > 1)
+    pool->parallel_for(w.rows, 16, convert_rows);
+  else
+    convert_rows(0, w.rows);
   return WeightView{storage.data(), dtype, w.rows, w.cols};
 }
 
@@ -100,8 +109,8 @@ CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path&
   for (const TraceReader& reader : open_traces(trace_dir)) {
     const TraceHeader& h = reader.header();
     if (h.moe_layers != layers || h.n_expert != c.n_expert || h.n_expert_used != c.n_expert_used)
-      throw_error("{}: the trace's MoE layout ({} layers x {} experts, top-{}) is not this model's", reader.path().string(),
-                  h.moe_layers.size(), h.n_expert, h.n_expert_used);
+      throw_error("{}: the trace's MoE layout ({} layers x {} experts, top-{}) is not this model's",
+                  reader.path().string(), h.moe_layers.size(), h.n_expert, h.n_expert_used);
     for (const TraceSequence& seq : reader.read_all()) {
       graph.begin_sequence();
       for (const TraceToken& token : seq.tokens) graph.add_token(token.top_ids, int32_t(c.n_expert_used));
@@ -112,8 +121,8 @@ CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path&
   return graph;
 }
 
-PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::path& out_dir, const PackOptions& options,
-                       const std::function<void(int64_t, int64_t)>& on_cluster) {
+PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::path& out_dir,
+                       const PackOptions& options, const std::function<void(int64_t, int64_t)>& on_cluster) {
   const ModelConfig& c = model.config();
   if (model.experts_streamed()) throw_error("{}: already a pack", model_dir.string());
   if (c.n_moe_layers() == 0) throw_error("{}: the model has no MoE layer", model_dir.string());
@@ -247,8 +256,10 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   // converted to --dense-type; a block-quantized one is U8 [bytes], its type in the metadata.
   std::set<std::string, std::less<>> expert_names, convertible;
   for (const TensorSpec& spec : arch_spec(c.arch).tensor_table(c)) {
-    if (spec.expert >= 0) expert_names.insert(spec.name);
-    else if (dense_matrix_converts(spec.role) && spec.shape.size() == 2) convertible.insert(spec.name);
+    if (spec.expert >= 0)
+      expert_names.insert(spec.name);
+    else if (dense_matrix_converts(spec.role) && spec.shape.size() == 2)
+      convertible.insert(spec.name);
   }
   std::vector<TensorToWrite> dense;
   std::vector<std::vector<std::byte>> dense_storage;

@@ -13,8 +13,10 @@ void validate_sampling(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
     throw UsageError(fmt::format("--temp must be >= 0 (got {})", p.temperature));
   if (p.top_k < 0) throw UsageError(fmt::format("--top-k must be >= 0 (got {})", p.top_k));
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw UsageError(fmt::format("--top-p must be in (0, 1] (got {})", p.top_p));
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw UsageError(fmt::format("--min-p must be in [0, 1] (got {})", p.min_p));
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    throw UsageError(fmt::format("--top-p must be in (0, 1] (got {})", p.top_p));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f))
+    throw UsageError(fmt::format("--min-p must be in [0, 1] (got {})", p.min_p));
   if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty))
     throw UsageError(fmt::format("--repeat-penalty must be > 0 (got {})", p.repetition_penalty));
 }
@@ -49,7 +51,8 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
       return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
     });
   } else {
-    std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+    std::stable_sort(order_.begin(), order_.end(),
+                     [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
   }
   probs_.resize(size_t(keep));
   const float max_logit = logits[size_t(order_[0])];
@@ -62,7 +65,10 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
     int64_t cut = keep;
     for (int64_t i = 0; i < keep; ++i) {
       mass += probs_[size_t(i)];
-      if (mass >= params_.top_p) { cut = i + 1; break; }
+      if (mass >= params_.top_p) {
+        cut = i + 1;
+        break;
+      }
     }
     keep = cut;
   }

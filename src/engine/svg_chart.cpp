@@ -12,10 +12,14 @@ namespace {
 std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else
+      out += c;
   }
   return out;
 }
@@ -47,8 +51,8 @@ std::string svg_bar_chart(const std::string& title, const std::vector<std::strin
       const int y = y0 + 24 + int(i) * row;
       const int w = int(bar_width * std::max(0.0, v) / max_value);
       svg += fmt::format("<text x=\"10\" y=\"{}\">{}</text>\n", y + 13, escape(labels[i]));
-      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", label_width, y, w, row - 6,
-                         colors[p % 4]);
+      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", label_width, y, w,
+                         row - 6, colors[p % 4]);
       svg += fmt::format("<text x=\"{}\" y=\"{}\">{:.4g}</text>\n", label_width + w + 6, y + 13, v);
     }
   }
@@ -68,7 +72,9 @@ std::string svg_bar_chart(const std::string& title, const std::vector<std::strin
     y_min -= y_pad;
     y_max += y_pad;
     const auto px = [&](double x) { return plot_left + int(double(plot_width) * std::max(0.0, x) / x_max); };
-    const auto py = [&](double y) { return plot_top + plot_height - int(double(plot_height) * (y - y_min) / (y_max - y_min)); };
+    const auto py = [&](double y) {
+      return plot_top + plot_height - int(double(plot_height) * (y - y_min) / (y_max - y_min));
+    };
     svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#888\"/>\n",
                        plot_left, plot_top, plot_width, plot_height);
     for (int tick = 0; tick <= 4; ++tick) {

@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "chronos/error.h"
 #include "chronos/generate.h"

@@ -25,11 +25,9 @@ namespace fs = std::filesystem;
 const char* expert_size_key(Arch arch) {
   switch (arch) {
     case Arch::kQwen2Moe:
-    case Arch::kQwen3Moe:
-      return "moe_intermediate_size";
+    case Arch::kQwen3Moe: return "moe_intermediate_size";
     case Arch::kMixtral:
-    case Arch::kOlmoe:
-      return "intermediate_size";
+    case Arch::kOlmoe: return "intermediate_size";
   }
   CHRONOS_CHECK_MSG(false, "no expert-size key for architecture {}", int(arch));
   return "";

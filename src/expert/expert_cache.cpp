@@ -18,9 +18,9 @@ ExpertCache::ExpertCache(Backend& backend, const Options& options)
     : backend_(backend), budget_bytes_(options.budget_bytes), slot_bytes_(options.slot_bytes), policy_(options.policy) {
   if (slot_bytes_ <= 0) throw_error("expert cache slot size {} bytes must be positive", slot_bytes_);
   if (budget_bytes_ < slot_bytes_) {
-    throw BudgetTooSmall(BudgetTooSmall::Budget::kExpertCache,
-                         fmt::format("expert cache budget {} is smaller than one expert ({} bytes)", budget_bytes_,
-                                     slot_bytes_));
+    throw BudgetTooSmall(
+        BudgetTooSmall::Budget::kExpertCache,
+        fmt::format("expert cache budget {} is smaller than one expert ({} bytes)", budget_bytes_, slot_bytes_));
   }
   if (!(options.frequency_half_life >= 0)) {
     throw_error("expert cache frequency half-life {} must be non-negative", options.frequency_half_life);
@@ -187,10 +187,11 @@ int32_t ExpertCache::choose_victim(ExpertKey key, bool evict_protected) {
     victim = candidate;
     break;
   }
-  const bool skipped = policy_ == EvictionPolicy::kNextUse ? protected_distance > victim_distance : first_protected >= 0;
+  const bool skipped =
+      policy_ == EvictionPolicy::kNextUse ? protected_distance > victim_distance : first_protected >= 0;
   if (skipped) ++stats_.protected_skips;
   if (victim < 0 && evict_protected) victim = first_protected;  // a demand load beats a prediction
-  if (victim < 0 && per_layer && evict_protected) {  // no slot the split allows: a demand takes any
+  if (victim < 0 && per_layer && evict_protected) {             // no slot the split allows: a demand takes any
     for (const Rank& rank : order_) {
       const int32_t candidate = std::get<2>(rank);
       if (!is_protected(slots_[size_t(candidate)].key)) return candidate;

@@ -69,8 +69,8 @@ struct AsyncPrefetcher::Impl {
   std::vector<size_t> delayed;      // in_flight indices whose read finished, waiting for ready_at
   size_t n_busy = 0;                // in_flight entries in use
   size_t n_in_flight = 0;           // IoRing requests submitted, not yet reaped
-  Clock::time_point busy_since;  // guarded by queue_mutex, with `busy`
-  bool busy = false;             // reads in flight since busy_since
+  Clock::time_point busy_since;     // guarded by queue_mutex, with `busy`
+  bool busy = false;                // reads in flight since busy_since
   std::thread thread;
 
   static ReadPlanner::Options planner_options(const Options& options) {
@@ -293,9 +293,8 @@ struct AsyncPrefetcher::Impl {
     }
     if (options.verify_checksums) {
       try {
-        verify_expert_bytes(
-            *f.expert, cluster.file,
-            std::span<const std::byte>(static_cast<const std::byte*>(f.dst), size_t(f.expert->bytes)));
+        verify_expert_bytes(*f.expert, cluster.file,
+                            std::span<const std::byte>(static_cast<const std::byte*>(f.dst), size_t(f.expert->bytes)));
       } catch (const Error& e) {
         abort(index, e.what());
         return;

@@ -38,18 +38,19 @@ PackedTensor plan_projection(const std::filesystem::path& path, const ExpertKey&
   if (view.data == nullptr || view.rows <= 0 || view.cols <= 0)
     fail(path, fmt::format("tensor {}: empty weight view [{}, {}]", name, view.rows, view.cols));
   if (dtype_is_block(view.dtype) && view.cols % dtype_block_elements(view.dtype) != 0)
-    fail(path, fmt::format("tensor {}: rows of {} weights are not whole {} blocks", name, view.cols,
-                           dtype_name(view.dtype)));
+    fail(path,
+         fmt::format("tensor {}: rows of {} weights are not whole {} blocks", name, view.cols, dtype_name(view.dtype)));
   const int64_t bytes = view.rows * dtype_row_bytes(view.dtype, view.cols);
   // A block-quantized tensor is raw bytes to safetensors (U8 [bytes]); the manifest keeps its type
   // and logical shape (DESIGN.md §5).
-  if (dtype_is_block(view.dtype)) out.push_back({name, DType::kU8, {bytes}, view.data, bytes, cursor});
-  else out.push_back({name, view.dtype, {view.rows, view.cols}, view.data, bytes, cursor});
+  if (dtype_is_block(view.dtype))
+    out.push_back({name, DType::kU8, {bytes}, view.data, bytes, cursor});
+  else
+    out.push_back({name, view.dtype, {view.rows, view.cols}, view.data, bytes, cursor});
   PackedTensor packed{cursor, {view.rows, view.cols}, view.dtype, bytes};
   cursor += bytes;
   return packed;
 }
-
 
 uint64_t payload_hash(const ExpertSource& source, const PackedExpert& expert) {
   const std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), &XXH64_freeState);

@@ -68,22 +68,34 @@ std::string_view value_type_name(GgufValueType type) {
 // Bytes of one scalar of `type`; 0 for string and array (variable length).
 uint64_t scalar_size(GgufValueType type) {
   switch (type) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kBool: return 1;
-    case GgufValueType::kU16: case GgufValueType::kI16: return 2;
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kF32: return 4;
-    case GgufValueType::kU64: case GgufValueType::kI64: case GgufValueType::kF64: return 8;
-    case GgufValueType::kString: case GgufValueType::kArray: return 0;
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kBool: return 1;
+    case GgufValueType::kU16:
+    case GgufValueType::kI16: return 2;
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kF32: return 4;
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+    case GgufValueType::kF64: return 8;
+    case GgufValueType::kString:
+    case GgufValueType::kArray: return 0;
   }
   return 0;
 }
 
 bool is_integer(GgufValueType type) {
   switch (type) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kU16: case GgufValueType::kI16:
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kU64: case GgufValueType::kI64:
-      return true;
-    default:
-      return false;
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64: return true;
+    default: return false;
   }
 }
 
@@ -128,8 +140,8 @@ class Cursor {
   // `what` names the field for the truncation message ("key general.name: value").
   void need(uint64_t n, const std::string& what) const {
     if (n > left())
-      fail(path_, fmt::format("file is truncated: {} needs {} bytes at offset {}, only {} left", what, n, position_,
-                              left()));
+      fail(path_,
+           fmt::format("file is truncated: {} needs {} bytes at offset {}, only {} left", what, n, position_, left()));
   }
   void skip(uint64_t n, const std::string& what) {
     need(n, what);
@@ -166,8 +178,7 @@ GgufValueType read_value_type(const std::filesystem::path& path, Cursor& cursor,
 }
 
 // Reads an array's body (after its element type); `depth` counts enclosing arrays.
-void read_array(const std::filesystem::path& path, Cursor& cursor, Value& value, const std::string& what,
-                int depth) {
+void read_array(const std::filesystem::path& path, Cursor& cursor, Value& value, const std::string& what, int depth) {
   if (depth > kMaxArrayDepth) fail(path, fmt::format("{}: arrays nested more than {} deep", what, kMaxArrayDepth));
   value.element_type = read_value_type(path, cursor, what + ": array element type");
   value.count = cursor.read<uint64_t>(what + ": array length");
@@ -204,12 +215,8 @@ Value read_value(const std::filesystem::path& path, Cursor& cursor, const std::s
   value.type = read_value_type(path, cursor, what + ": value type");
   const std::byte* p = cursor.here();
   switch (value.type) {
-    case GgufValueType::kString:
-      value.string_value = cursor.read_string(what);
-      return value;
-    case GgufValueType::kArray:
-      read_array(path, cursor, value, what, 1);
-      return value;
+    case GgufValueType::kString: value.string_value = cursor.read_string(what); return value;
+    case GgufValueType::kArray: read_array(path, cursor, value, what, 1); return value;
     case GgufValueType::kF32:
       cursor.skip(4, what);
       value.float_value = load<float>(p);
@@ -218,7 +225,10 @@ Value read_value(const std::filesystem::path& path, Cursor& cursor, const std::s
       cursor.skip(8, what);
       value.float_value = load<double>(p);
       return value;
-    case GgufValueType::kU8: case GgufValueType::kU16: case GgufValueType::kU32: case GgufValueType::kU64: {
+    case GgufValueType::kU8:
+    case GgufValueType::kU16:
+    case GgufValueType::kU32:
+    case GgufValueType::kU64: {
       const uint64_t size = scalar_size(value.type);
       cursor.skip(size, what);
       uint64_t bits = 0;
@@ -258,11 +268,10 @@ std::optional<DType> dtype_of_ggml_type(uint32_t ggml_type) {
 std::string ggml_type_name(uint32_t ggml_type) {
   // ggml.h's enum ggml_type; the gaps are ids ggml has retired.
   static constexpr std::string_view kNames[] = {
-      "F32",  "F16",     "Q4_0",    "Q4_1",    "",      "",       "Q5_0",  "Q5_1",  "Q8_0",   "Q8_1",
-      "Q2_K", "Q3_K",    "Q4_K",    "Q5_K",    "Q6_K",  "Q8_K",   "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-      "IQ4_NL", "IQ3_S", "IQ2_S",   "IQ4_XS",  "I8",    "I16",    "I32",   "I64",   "F64",    "IQ1_M",
-      "BF16", "",        "",        "",        "TQ1_0", "TQ2_0",  "",      "",      "",       "MXFP4",
-      "NVFP4", "Q1_0",
+      "F32",   "F16",    "Q4_0",  "Q4_1", "",     "",        "Q5_0",   "Q5_1",    "Q8_0",  "Q8_1",   "Q2_K",
+      "Q3_K",  "Q4_K",   "Q5_K",  "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S",
+      "IQ2_S", "IQ4_XS", "I8",    "I16",  "I32",  "I64",     "F64",    "IQ1_M",   "BF16",  "",       "",
+      "",      "TQ1_0",  "TQ2_0", "",     "",     "",        "MXFP4",  "NVFP4",   "Q1_0",
   };
   if (ggml_type < std::size(kNames) && !kNames[ggml_type].empty()) return std::string(kNames[ggml_type]);
   return fmt::format("type {}", ggml_type);
@@ -391,9 +400,9 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   for (Entry& entry : entries) {
     GgufTensor& tensor = entry.tensor;
     if (entry.offset > data_size || uint64_t(tensor.n_bytes) > data_size - entry.offset)
-      fail(path, fmt::format("tensor {}: data [{}, +{}) runs past the end of the {}-byte data section{}", tensor.name,
-                             entry.offset, tensor.n_bytes, data_size,
-                             entry.offset <= data_size ? " (file truncated?)" : ""));
+      fail(path,
+           fmt::format("tensor {}: data [{}, +{}) runs past the end of the {}-byte data section{}", tensor.name,
+                       entry.offset, tensor.n_bytes, data_size, entry.offset <= data_size ? " (file truncated?)" : ""));
     tensor.file_offset = int64_t(data_start + entry.offset);
     tensor.data = bytes + tensor.file_offset;
   }
@@ -402,14 +411,13 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   std::vector<const Entry*> by_offset;
   by_offset.reserve(entries.size());
   for (const Entry& entry : entries) by_offset.push_back(&entry);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const Entry* a, const Entry* b) { return a->offset < b->offset; });
+  std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const Entry& previous = *by_offset[i - 1];
     const Entry& next = *by_offset[i];
     if (next.offset < previous.offset + uint64_t(previous.tensor.n_bytes))
-      fail(path, fmt::format("tensor {}: data at offset {} overlaps tensor {} [{}, +{})", next.tensor.name,
-                             next.offset, previous.tensor.name, previous.offset, previous.tensor.n_bytes));
+      fail(path, fmt::format("tensor {}: data at offset {} overlaps tensor {} [{}, +{})", next.tensor.name, next.offset,
+                             previous.tensor.name, previous.offset, previous.tensor.n_bytes));
   }
 
   file->tensors_.reserve(entries.size());
@@ -453,15 +461,19 @@ std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
   if (it == kv_index_.end()) return std::nullopt;
   const Value& value = *kv_[it->second].second;
   switch (value.type) {
-    case GgufValueType::kU8: case GgufValueType::kU16: case GgufValueType::kU32: case GgufValueType::kU64:
+    case GgufValueType::kU8:
+    case GgufValueType::kU16:
+    case GgufValueType::kU32:
+    case GgufValueType::kU64:
       if (value.uint_value > uint64_t(INT64_MAX))
         fail(path_, fmt::format("key {}: value {} does not fit a signed 64-bit integer", key, value.uint_value));
       return int64_t(value.uint_value);
-    case GgufValueType::kI8: case GgufValueType::kI16: case GgufValueType::kI32: case GgufValueType::kI64:
-    case GgufValueType::kBool:
-      return value.int_value;
-    default:
-      wrong_type(path_, key, value, "an integer");
+    case GgufValueType::kI8:
+    case GgufValueType::kI16:
+    case GgufValueType::kI32:
+    case GgufValueType::kI64:
+    case GgufValueType::kBool: return value.int_value;
+    default: wrong_type(path_, key, value, "an integer");
   }
 }
 
@@ -469,7 +481,8 @@ std::optional<double> GgufFile::get_float(std::string_view key) const {
   const auto it = kv_index_.find(key);
   if (it == kv_index_.end()) return std::nullopt;
   const Value& value = *kv_[it->second].second;
-  if (value.type != GgufValueType::kF32 && value.type != GgufValueType::kF64) wrong_type(path_, key, value, "f32 or f64");
+  if (value.type != GgufValueType::kF32 && value.type != GgufValueType::kF64)
+    wrong_type(path_, key, value, "f32 or f64");
   return value.float_value;
 }
 

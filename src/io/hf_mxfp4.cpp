@@ -31,8 +31,8 @@ std::vector<int64_t> presented_shape(const TensorInfo& blocks, const TensorInfo&
   if (blocks.dtype != DType::kU8)
     bad(blocks, fmt::format("dtype {}, expected U8 (MXFP4 blocks: two E2M1 values a byte)", dtype_name(blocks.dtype)));
   if (scales.dtype != DType::kU8)
-    bad(scales, fmt::format("dtype {}, expected U8 (MXFP4 scales: one E8M0 exponent per 32 values)",
-                            dtype_name(scales.dtype)));
+    bad(scales,
+        fmt::format("dtype {}, expected U8 (MXFP4 scales: one E8M0 exponent per 32 values)", dtype_name(scales.dtype)));
   if (scales.shape.empty()) bad(scales, "a scalar, expected [..., rows, groups of 32 values]");
   const int64_t groups = scales.shape.back();
   std::vector<int64_t> expected = scales.shape;
@@ -70,8 +70,7 @@ std::shared_ptr<const MadeTensor> repack(std::string name, const TensorInfo& blo
   const auto* in = reinterpret_cast<const uint8_t*>(blocks.data);
   const auto* scale = reinterpret_cast<const uint8_t*>(scales.data);
   auto* out = reinterpret_cast<uint8_t*>(made->bytes.data());
-  for (int64_t b = 0; b < n_blocks; ++b)
-    hf_mxfp4_block_to_gguf(in + b * kHfBlockBytes, scale[b], out + b * gguf_bytes);
+  for (int64_t b = 0; b < n_blocks; ++b) hf_mxfp4_block_to_gguf(in + b * kHfBlockBytes, scale[b], out + b * gguf_bytes);
   made->info.name = std::move(name);
   made->info.dtype = DType::kMXFP4;
   made->info.data = made->bytes.data();

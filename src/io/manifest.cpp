@@ -254,10 +254,9 @@ PackManifest PackManifest::load(const fs::path& dir) {
   if (m.lowbit) {
     PackCluster file{kLowbitClusterId, m.lowbit->file, m.lowbit->bytes, {}};
     for (const auto& [key, expert] : m.lowbit->experts) file.experts.push_back(key);
-    check_cluster_file(dir, m.fingerprint, file, m.lowbit->experts, m.lowbit->dtype,
-                       [&m](DType t, const std::vector<int64_t>& shape) {
-                         return expert_dtype_matches(t, m.lowbit->dtype, shape);
-                       });
+    check_cluster_file(
+        dir, m.fingerprint, file, m.lowbit->experts, m.lowbit->dtype,
+        [&m](DType t, const std::vector<int64_t>& shape) { return expert_dtype_matches(t, m.lowbit->dtype, shape); });
   }
   return m;
 }
@@ -291,7 +290,8 @@ PackManifest PackManifest::parse(const fs::path& dir) {
       const std::string where = fmt::format("model.dtypes[{}]", i);
       if (!types[i].is_string()) r.fail(where, "not a string");
       const std::string name = types[i].get<std::string>();
-      if (!dtype_from_name(name) && !block_dtype_from_name(name)) r.fail(where, fmt::format("unknown dtype \"{}\"", name));
+      if (!dtype_from_name(name) && !block_dtype_from_name(name))
+        r.fail(where, fmt::format("unknown dtype \"{}\"", name));
       m.dtypes.push_back(name);
     }
   }
@@ -424,8 +424,8 @@ void PackManifest::save(const fs::path& path) const {
   if (lowbit) {
     Json copies = Json::object();
     for (const auto& [key, e] : lowbit->experts) copies[fmt::format("{}.{}", key.layer, key.expert)] = expert_json(e);
-    root["lowbit"] = Json{{"file", lowbit->file}, {"bytes", lowbit->bytes}, {"dtype", lowbit->dtype},
-                          {"experts", std::move(copies)}};
+    root["lowbit"] = Json{
+        {"file", lowbit->file}, {"bytes", lowbit->bytes}, {"dtype", lowbit->dtype}, {"experts", std::move(copies)}};
   }
   write_file_atomically(path, root.dump(1) + "\n");
 }

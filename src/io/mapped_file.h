@@ -27,9 +27,7 @@ struct Mapping {
 // not a regular file, or is smaller than min_bytes (then with "file is N bytes, too small for "
 // followed by `what`). The caller owns the mapping (munmap).
 inline Mapping map_whole_file(const std::filesystem::path& path, uint64_t min_bytes, const char* what) {
-  const auto fail = [&](const std::string& message) {
-    throw Error(fmt::format("{}: {}", path.string(), message));
-  };
+  const auto fail = [&](const std::string& message) { throw Error(fmt::format("{}: {}", path.string(), message)); };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(fmt::format("cannot open: {}", std::strerror(errno)));
   struct stat info {};

@@ -17,8 +17,8 @@
 #include <string_view>
 
 #include "chronos/error.h"
-#include "io/mapped_file.h"
 #include "chronos/file_util.h"
+#include "io/mapped_file.h"
 #include "io/safetensors_writer.h"
 
 namespace chronos {
@@ -225,7 +225,6 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 }
 
 namespace {
-
 
 std::string build_header(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                          const std::map<std::string, std::string>& metadata) {

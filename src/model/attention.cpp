@@ -12,8 +12,8 @@ namespace {
 
 // One query head over keys [first, last]: softmax(q·k * scale) · v, computed block by block with a
 // running max so no score buffer larger than a block is needed (exact up to f32 rounding).
-void attend_head(float* out, const float* q, KvCache& kv, int64_t layer, int64_t kv_offset, int64_t first,
-                 int64_t last, int64_t head_dim, float scale) {
+void attend_head(float* out, const float* q, KvCache& kv, int64_t layer, int64_t kv_offset, int64_t first, int64_t last,
+                 int64_t head_dim, float scale) {
   constexpr int64_t kBlock = 128;
   float scores[kBlock];
   float running_max = -std::numeric_limits<float>::infinity();
@@ -67,7 +67,8 @@ void Model::attention(int64_t il, int64_t n, int64_t pos, KvCache& kv, Scratch& 
       ops::rmsnorm(k, k, l.k_norm.data(), kv_dim, c.rms_norm_eps);
     } else if (c.qk_norm == QkNorm::kPerHead) {
       for (int64_t h = 0; h < c.n_head; ++h) ops::rmsnorm(q + h * hd, q + h * hd, l.q_norm.data(), hd, c.rms_norm_eps);
-      for (int64_t h = 0; h < c.n_head_kv; ++h) ops::rmsnorm(k + h * hd, k + h * hd, l.k_norm.data(), hd, c.rms_norm_eps);
+      for (int64_t h = 0; h < c.n_head_kv; ++h)
+        ops::rmsnorm(k + h * hd, k + h * hd, l.k_norm.data(), hd, c.rms_norm_eps);
     }
     if (c.clip_qkv) {
       const float clip = *c.clip_qkv;
@@ -92,8 +93,8 @@ void Model::attention(int64_t il, int64_t n, int64_t pos, KvCache& kv, Scratch& 
     const int64_t t = task / c.n_head, h = task % c.n_head;
     const int64_t last = pos + t;
     const int64_t first = c.sliding_window ? std::max<int64_t>(0, last - *c.sliding_window + 1) : 0;
-    attend_head(s.attn.data() + t * q_dim + h * hd, s.q.data() + t * q_dim + h * hd, kv, il, (h / group) * hd,
-                first, last, hd, scale);
+    attend_head(s.attn.data() + t * q_dim + h * hd, s.q.data() + t * q_dim + h * hd, kv, il, (h / group) * hd, first,
+                last, hd, scale);
   });
   ops::matmul(s.ffn_out.data(), s.attn.data(), l.wo, n, pool);  // [n, n_embd]
 }

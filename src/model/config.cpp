@@ -41,8 +41,8 @@ constexpr int64_t kMaxPositions = int64_t(1) << 26;  // max_position_embeddings
 
 int32_t read_token_id(const json& value, const char* key) {
   if (!value.is_number_integer()) throw_error("key '{}': expected integer token ids", key);
-  if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t(kMaxVocab) : value.get<int64_t>() < 0 ||
-                                                                                     value.get<int64_t>() > kMaxVocab)
+  if (value.is_number_unsigned() ? value.get<uint64_t>() > uint64_t(kMaxVocab)
+                                 : value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxVocab)
     throw_error("key '{}': token id {} is out of range [0, {}]", key, value.dump(), kMaxVocab);
   return int32_t(value.get<int64_t>());
 }
@@ -70,8 +70,10 @@ void read_rope(const json& j, ModelConfig& cfg) {
   if (params == nullptr) return;
   if (params->contains("rope_theta")) cfg.rope_theta = float(json_number_or(*params, "rope_theta", cfg.rope_theta));
   std::string type = "default";
-  if (params->contains("rope_type")) type = (*params)["rope_type"].get<std::string>();
-  else if (params->contains("type")) type = (*params)["type"].get<std::string>();
+  if (params->contains("rope_type"))
+    type = (*params)["rope_type"].get<std::string>();
+  else if (params->contains("type"))
+    type = (*params)["type"].get<std::string>();
   if (type == "default") {
     cfg.rope_type = RopeType::kDefault;
   } else if (type == "linear") {
@@ -112,8 +114,7 @@ void validate(const ModelConfig& c) {
   positive(c.n_vocab, "vocab_size");
   positive(c.n_ctx_train, "max_position_embeddings");
   if (c.n_head % c.n_head_kv != 0)
-    throw_error("num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.n_head,
-                c.n_head_kv);
+    throw_error("num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", c.n_head, c.n_head_kv);
   if (c.head_dim % 2 != 0) throw_error("head_dim ({}) must be even for rotary embeddings", c.head_dim);
   if (c.n_expert > kMaxExperts) throw_error("key 'num_experts' must be at most {} (got {})", kMaxExperts, c.n_expert);
   for (const auto& [value, key] : {std::pair{c.n_ff_expert, "moe_intermediate_size"},
@@ -128,8 +129,7 @@ void validate(const ModelConfig& c) {
   }
   if (std::ssize(c.layer_is_moe) != c.n_layer) throw_error("internal: layer_is_moe not filled");
   for (int64_t i = 0; i < c.n_layer; ++i)
-    if (!c.layer_is_moe[i] && c.n_ff_dense <= 0)
-      throw_error("layer {} is dense but intermediate_size is missing", i);
+    if (!c.layer_is_moe[i] && c.n_ff_dense <= 0) throw_error("layer {} is dense but intermediate_size is missing", i);
   if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0)
     throw_error("rotary dimensions {} invalid for head_dim {}", c.n_rot, c.head_dim);
   if (!(c.rms_norm_eps > 0.0f)) throw_error("rms_norm_eps must be positive");
@@ -191,8 +191,7 @@ ModelConfig parse_config(const json& j) {
     if (arch == nullptr) {
       std::vector<std::string> known;
       for (const ArchSpec* a : all_archs()) known.emplace_back(a->model_type);
-      throw_error("architecture '{}' is not supported (supported: {})", cfg.model_type,
-                  fmt::join(known, ", "));
+      throw_error("architecture '{}' is not supported (supported: {})", cfg.model_type, fmt::join(known, ", "));
     }
     cfg.arch = arch->arch;
     cfg.n_embd = json_int(j, "hidden_size");
@@ -212,8 +211,7 @@ ModelConfig parse_config(const json& j) {
     cfg.n_rot = int64_t(double(cfg.head_dim) * partial);
     if (json_number_or(j, "router_jitter_noise", 0.0) != 0.0)
       spdlog::debug("config.json: router_jitter_noise is a training option; ignored");
-    if (j.contains("quantization_config"))
-      throw_error("quantized checkpoints (quantization_config) are not supported");
+    if (j.contains("quantization_config")) throw_error("quantized checkpoints (quantization_config) are not supported");
     read_rope(j, cfg);
     arch->read_config(j, cfg);  // expert counts, FFN sizes, norms, biases, windows, eps
     if (j.contains("bos_token_id")) {

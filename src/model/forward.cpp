@@ -118,8 +118,8 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, S
   }
 }
 
-void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s,
-                          ThreadPool& pool, float* logits, bool all_logits) const {
+void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
+                          float* logits, bool all_logits) const {
   const ModelConfig& c = config_;
   const int64_t n = std::ssize(tokens);
   const int64_t d = c.n_embd;
@@ -143,8 +143,10 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
 
     for (int64_t t = 0; t < n; ++t)
       ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.ffn_norm.data(), d, c.rms_norm_eps);
-    if (layer.is_moe) moe(il, n, s, pool);
-    else dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool);
+    if (layer.is_moe)
+      moe(il, n, s, pool);
+    else
+      dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool);
     trace(s, "ffn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
     trace(s, "layer_out", il, s.x.data(), n * d);

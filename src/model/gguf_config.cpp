@@ -26,9 +26,10 @@ std::string model_type_of(const GgufFile& f, const std::string& arch, int64_t n_
   if (arch == "qwen2moe") return "qwen2_moe";
   if (arch == "qwen3moe") return "qwen3_moe";
   if (arch == "olmoe") return "olmoe";
-  throw_error("{}: key general.architecture: '{}' is not supported (supported: llama with experts (Mixtral), "
-              "qwen2moe, qwen3moe, olmoe)",
-              f.path().string(), arch);
+  throw_error(
+      "{}: key general.architecture: '{}' is not supported (supported: llama with experts (Mixtral), "
+      "qwen2moe, qwen3moe, olmoe)",
+      f.path().string(), arch);
 }
 
 }  // namespace
@@ -72,8 +73,8 @@ std::string config_json_from_gguf(const GgufFile& f) {
   const auto key_length = optional_int("attention.key_length");
   const auto value_length = optional_int("attention.value_length");
   if (key_length && value_length && *key_length != *value_length)
-    throw_error("{}: keys {} ({}) and {} ({}) differ; Chronos needs one head size", file,
-                key("attention.key_length"), *key_length, key("attention.value_length"), *value_length);
+    throw_error("{}: keys {} ({}) and {} ({}) differ; Chronos needs one head size", file, key("attention.key_length"),
+                *key_length, key("attention.value_length"), *value_length);
   if (key_length) j["head_dim"] = *key_length;
   const GgufTensor* embeddings = f.find("token_embd.weight");
   if (embeddings == nullptr || embeddings->shape.size() != 2)

@@ -85,8 +85,7 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
   const bool llama = c.arch == Arch::kMixtral;
   const std::string router = llama ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
   const std::string experts = llama ? "block_sparse_moe.experts" : "mlp.experts";
-  const char* const expert_proj[3] = {llama ? "w1" : "gate_proj", llama ? "w3" : "up_proj",
-                                      llama ? "w2" : "down_proj"};
+  const char* const expert_proj[3] = {llama ? "w1" : "gate_proj", llama ? "w3" : "up_proj", llama ? "w2" : "down_proj"};
 
   const auto add = [&](const GgufTensor& t, std::string hf_name, std::vector<int64_t> shape, const std::byte* data,
                        int64_t n_bytes, DType dtype) {
@@ -125,9 +124,18 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
 
   int n_unknown = 0;
   for (const GgufTensor& t : file->tensors()) {
-    if (t.name == "token_embd.weight") { add_whole(t, "model.embed_tokens.weight"); continue; }
-    if (t.name == "output_norm.weight") { add_whole(t, "model.norm.weight"); continue; }
-    if (t.name == "output.weight") { add_whole(t, "lm_head.weight"); continue; }
+    if (t.name == "token_embd.weight") {
+      add_whole(t, "model.embed_tokens.weight");
+      continue;
+    }
+    if (t.name == "output_norm.weight") {
+      add_whole(t, "model.norm.weight");
+      continue;
+    }
+    if (t.name == "output.weight") {
+      add_whole(t, "lm_head.weight");
+      continue;
+    }
     int64_t il = 0;
     std::string_view rest;
     if (!split_layer_name(t.name, il, rest) || il >= c.n_layer) {
@@ -149,10 +157,12 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
     }
     if (rest == "ffn_gate_inp.weight") {  // the router, f32 as the reference keeps it
       if (t.shape.size() != 2)
-        throw_error("{}: tensor {}: shape [{}], expected [{}, {}]", path, t.name, fmt::join(t.shape, ", "),
-                    c.n_expert, c.n_embd);
-      if (t.dtype == DType::kF32) add_whole(t, prefix + router);
-      else add_owned(t, prefix + router, t.shape, as_f32(t, t.shape), DType::kF32);
+        throw_error("{}: tensor {}: shape [{}], expected [{}, {}]", path, t.name, fmt::join(t.shape, ", "), c.n_expert,
+                    c.n_embd);
+      if (t.dtype == DType::kF32)
+        add_whole(t, prefix + router);
+      else
+        add_owned(t, prefix + router, t.shape, as_f32(t, t.shape), DType::kF32);
       continue;
     }
     if (rest == "ffn_gate_inp_shexp.weight") {  // [n_embd] or [1, n_embd] in GGUF; [1, n_embd] in HF

@@ -49,7 +49,9 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   // Waves: within a wave, work items are (expert, chunk of rows): one pool dispatch computes gate
   // and up of every expert of the wave, a second computes down, so small and large experts both
   // spread over threads. A missing expert's rows are skipped.
-  const auto xq_of = [&](int32_t e) { return reinterpret_cast<uint8_t*>(s.expert_xq.data()) + s.expert_xq_at[size_t(e)]; };
+  const auto xq_of = [&](int32_t e) {
+    return reinterpret_cast<uint8_t*>(s.expert_xq.data()) + s.expert_xq_at[size_t(e)];
+  };
   const auto compute = [&](std::span<const int32_t> ids, std::span<const FfnWeights* const> views) {
     // Row chunks sized by work (rows times the expert's tokens), about kTasksPerThread per thread
     // over the wave: an expert with more tokens gets shorter chunks. Any chunking gives the same

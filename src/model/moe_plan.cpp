@@ -34,7 +34,10 @@ void MoePlan::route(int64_t layer, int64_t n, const int32_t* ids, const float* w
                   n_expert_);
   if (!observer) return;
   for (int64_t t = 0; t < n; ++t)
-    observer(RouteEvent{layer, t, {ids + t * k_, size_t(k_)}, {weights + t * k_, size_t(k_)},
+    observer(RouteEvent{layer,
+                        t,
+                        {ids + t * k_, size_t(k_)},
+                        {weights + t * k_, size_t(k_)},
                         {probs + t * n_expert_, size_t(n_expert_)}});
 }
 

@@ -40,8 +40,8 @@ class MoePlan {
   int64_t n_rows() const { return n_ * k_; }
   int32_t row_begin(int32_t expert) const { return expert_rows_[size_t(expert)]; }
   int32_t row_end(int32_t expert) const { return expert_rows_[size_t(expert + 1)]; }
-  std::span<const int32_t> row_tokens() const { return {row_token_.data(), size_t(n_rows())}; }  // [rows]
-  std::span<const float> row_weights() const { return {row_weight_.data(), size_t(n_rows())}; }  // [rows]
+  std::span<const int32_t> row_tokens() const { return {row_token_.data(), size_t(n_rows())}; }    // [rows]
+  std::span<const float> row_weights() const { return {row_weight_.data(), size_t(n_rows())}; }    // [rows]
   std::span<const int32_t> choice_rows() const { return {choice_row_.data(), size_t(n_rows())}; }  // [n, k]
   std::span<const int32_t> active() const { return active_; }  // distinct selected experts, ascending
   // active_weight()[i]: the largest routing weight a token gives active()[i].
@@ -68,18 +68,18 @@ class MoePlan {
  private:
   int64_t n_expert_ = 0, k_ = 0, max_tokens_ = 0;
   int64_t n_ = 0;
-  const int32_t* ids_ = nullptr;    // [n, k] of the last route()
-  const float* weights_ = nullptr;  // [n, k]
-  std::vector<int32_t> expert_rows_;  // [n_expert + 1]
-  std::vector<int32_t> fill_;         // [n_expert]
-  std::vector<int32_t> row_token_;    // [max_tokens * k]
-  std::vector<float> row_weight_;     // [max_tokens * k]
-  std::vector<int32_t> choice_row_;   // [max_tokens * k]
-  std::vector<int32_t> active_;       // capacity n_expert
-  std::vector<float> active_weight_;  // [n_expert], parallel to active_
-  std::vector<const FfnWeights*> views_;  // [n_expert]
-  std::vector<uint8_t> missing_;          // [n_expert]
-  std::vector<uint8_t> choice_missing_;   // [max_tokens * k]
+  const int32_t* ids_ = nullptr;                  // [n, k] of the last route()
+  const float* weights_ = nullptr;                // [n, k]
+  std::vector<int32_t> expert_rows_;              // [n_expert + 1]
+  std::vector<int32_t> fill_;                     // [n_expert]
+  std::vector<int32_t> row_token_;                // [max_tokens * k]
+  std::vector<float> row_weight_;                 // [max_tokens * k]
+  std::vector<int32_t> choice_row_;               // [max_tokens * k]
+  std::vector<int32_t> active_;                   // capacity n_expert
+  std::vector<float> active_weight_;              // [n_expert], parallel to active_
+  std::vector<const FfnWeights*> views_;          // [n_expert]
+  std::vector<uint8_t> missing_;                  // [n_expert]
+  std::vector<uint8_t> choice_missing_;           // [max_tokens * k]
   std::vector<float> missing_mass_, total_mass_;  // [max_tokens]
   bool any_missing_ = false;
 };

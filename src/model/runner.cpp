@@ -13,7 +13,10 @@ namespace {
 class CpuRunner final : public ModelRunner {
  public:
   CpuRunner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch, ForwardHooks hooks)
-      : model_(model), pool_(pool), hooks_(std::move(hooks)), kv_(model.config(), n_ctx),
+      : model_(model),
+        pool_(pool),
+        hooks_(std::move(hooks)),
+        kv_(model.config(), n_ctx),
         scratch_(model.make_scratch(batch, n_ctx)) {
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");

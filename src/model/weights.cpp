@@ -71,12 +71,15 @@ WeightView& matrix_slot(LayerWeights& l, const TensorSpec& spec) {
 
 bool is_vector_role(TensorRole role) {
   switch (role) {
-    case TensorRole::kAttnNorm: case TensorRole::kFfnNorm: case TensorRole::kAttnQBias:
-    case TensorRole::kAttnKBias: case TensorRole::kAttnVBias: case TensorRole::kAttnQNorm:
-    case TensorRole::kAttnKNorm: case TensorRole::kOutputNorm:
-      return true;
-    default:
-      return false;
+    case TensorRole::kAttnNorm:
+    case TensorRole::kFfnNorm:
+    case TensorRole::kAttnQBias:
+    case TensorRole::kAttnKBias:
+    case TensorRole::kAttnVBias:
+    case TensorRole::kAttnQNorm:
+    case TensorRole::kAttnKNorm:
+    case TensorRole::kOutputNorm: return true;
+    default: return false;
   }
 }
 
@@ -87,7 +90,7 @@ struct QuantizedTensor {
   std::vector<int64_t> shape;
 };
 std::map<std::string, QuantizedTensor, std::less<>> read_quantized_tensors(const TensorStore& store,
-                                                                          const std::string& file) {
+                                                                           const std::string& file) {
   std::map<std::string, QuantizedTensor, std::less<>> out;
   const auto text = store.metadata(kQuantizedTensorsKey);
   if (!text) return out;
@@ -128,8 +131,10 @@ int64_t FfnWeights::n_bytes() const {
 }
 
 KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx)
-    : n_ctx_(n_ctx), kv_dim_(cfg.kv_dim()),
-      k_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())), v_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())) {}
+    : n_ctx_(n_ctx),
+      kv_dim_(cfg.kv_dim()),
+      k_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())),
+      v_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())) {}
 
 Model::~Model() = default;
 
@@ -194,8 +199,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
     // tensor's own block type.
     const auto q = quantized.find(spec.name);
     std::optional<QuantizedTensor> block;
-    if (q != quantized.end()) block = q->second;
-    else if (dtype_is_block(t->dtype)) block = QuantizedTensor{t->dtype, t->shape};
+    if (q != quantized.end())
+      block = q->second;
+    else if (dtype_is_block(t->dtype))
+      block = QuantizedTensor{t->dtype, t->shape};
     if (block) {
       if (is_vector_role(spec.role) || spec.shape.size() != 2 || block->shape != spec.shape)
         throw_error("{}: tensor {}: quantized as {} [{}], expected a matrix [{}]", t->file, spec.name,
@@ -206,8 +213,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
       (routed ? sizes.expert_bytes : sizes.dense_bytes) += t->n_bytes;
       if (routed) expert_type_bytes[block->dtype] += t->n_bytes;
       const WeightView view{t->data, block->dtype, spec.shape[0], spec.shape[1]};
-      if (spec.layer < 0) (spec.role == TensorRole::kTokenEmbd ? w.tok_embd : w.output) = view;
-      else matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
+      if (spec.layer < 0)
+        (spec.role == TensorRole::kTokenEmbd ? w.tok_embd : w.output) = view;
+      else
+        matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
       continue;
     }
     if (!is_float_dtype(t->dtype))
@@ -232,8 +241,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
       continue;
     }
     LayerWeights& layer = w.layers[size_t(spec.layer)];
-    if (is_vector_role(spec.role)) vector_slot(layer, spec.role) = to_f32_vector(*t);
-    else matrix_slot(layer, spec) = as_matrix(*t);
+    if (is_vector_role(spec.role))
+      vector_slot(layer, spec.role) = to_f32_vector(*t);
+    else
+      matrix_slot(layer, spec) = as_matrix(*t);
   }
   if (c.tie_word_embeddings) {
     w.output = w.tok_embd;

@@ -90,19 +90,16 @@ void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, Thr
     // Quantized once here, before the split, so that every thread reads the same blocks.
     const void* xq = quantize_activations(kernels, x, w, n_tokens);
     if (serial) return kernels.matmul_rows_int8(y, xq, w, n_tokens, 0, w.rows);
-    pool.parallel_for(w.rows, kRowGrain, [&](int64_t begin, int64_t end) {
-      kernels.matmul_rows_int8(y, xq, w, n_tokens, begin, end);
-    });
+    pool.parallel_for(w.rows, kRowGrain,
+                      [&](int64_t begin, int64_t end) { kernels.matmul_rows_int8(y, xq, w, n_tokens, begin, end); });
     return;
   }
   if (serial) return kernels.matmul_rows(y, x, w, n_tokens, 0, w.rows);
-  pool.parallel_for(w.rows, kRowGrain, [&](int64_t begin, int64_t end) {
-    kernels.matmul_rows(y, x, w, n_tokens, begin, end);
-  });
+  pool.parallel_for(w.rows, kRowGrain,
+                    [&](int64_t begin, int64_t end) { kernels.matmul_rows(y, x, w, n_tokens, begin, end); });
 }
 
-void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens,
-                 int64_t row_begin, int64_t row_end) {
+void matmul_rows(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin, int64_t row_end) {
   check_weight(w, "matmul_rows");
   CHRONOS_CHECK(n_tokens >= 0 && 0 <= row_begin && row_begin <= row_end && row_end <= w.rows);
   if (n_tokens == 0 || row_begin == row_end) return;

@@ -34,7 +34,6 @@ void add_mlp(std::vector<TensorToWrite>& out, const std::string& prefix, const M
   part("fc2.bias", {net.n_out}, net.b2_offset(), net.n_out);
 }
 
-
 // Copies a tensor that must be F32 with exactly `shape` into `out`.
 void read_f32(const SafetensorsFile& file, const std::string& name, const std::vector<int64_t>& shape, float* out) {
   const TensorInfo* t = file.find(name);
@@ -166,8 +165,7 @@ std::unique_ptr<PredictorPack> load_pack(const fs::path& dir) {
       throw_error("{}: lookahead.slots has {} entries, expected {}", where, slots.is_array() ? slots.size() : 0,
                   pack->slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
-      if (!slots[i].is_array() || slots[i].size() != 2)
-        throw_error("{}: lookahead.slots[{}] is not a pair", where, i);
+      if (!slots[i].is_array() || slots[i].size() != 2) throw_error("{}: lookahead.slots[{}] is not a pair", where, i);
       if (integer(slots[i][0], "lookahead.slots[]", 0, 64) != pack->slots[i].horizon ||
           integer(slots[i][1], "lookahead.slots[]", 0, 4095) !=
               pack->shape.moe_layers[size_t(pack->slots[i].moe_index)])
@@ -180,11 +178,10 @@ std::unique_ptr<PredictorPack> load_pack(const fs::path& dir) {
   // The tensors' shapes are compared with the stated sizes before the networks are allocated.
   const auto file = SafetensorsFile::open(tensors_path);
   const int64_t d = pack->shape.n_embd, E = pack->shape.n_expert, L = pack->shape.n_moe_layers();
-  for (const auto& [name, shape] :
-       {std::pair<const char*, std::vector<int64_t>>{"lookahead.fc1.weight", {rank, d}},
-        {"lookahead.fc2.weight", {std::ssize(pack->slots) * E, rank}},
-        {"intent.fc1.weight", {hidden, 2 * d}},
-        {"intent.fc2.weight", {L * E, hidden}}}) {
+  for (const auto& [name, shape] : {std::pair<const char*, std::vector<int64_t>>{"lookahead.fc1.weight", {rank, d}},
+                                    {"lookahead.fc2.weight", {std::ssize(pack->slots) * E, rank}},
+                                    {"intent.fc1.weight", {hidden, 2 * d}},
+                                    {"intent.fc2.weight", {L * E, hidden}}}) {
     const TensorInfo* tensor = file->find(name);
     if (tensor == nullptr) throw_error("{}: tensor {}: missing", tensors_path.string(), name);
     if (tensor->shape != shape)

@@ -23,9 +23,8 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<const AddedToken*> tokens) : to
     by_first_byte_[static_cast<unsigned char>(token->content[0])].push_back(token);
   }
   for (auto& list : by_first_byte_) {
-    std::stable_sort(list.begin(), list.end(), [](const AddedToken* a, const AddedToken* b) {
-      return a->content.size() > b->content.size();
-    });
+    std::stable_sort(list.begin(), list.end(),
+                     [](const AddedToken* a, const AddedToken* b) { return a->content.size() > b->content.size(); });
   }
 }
 

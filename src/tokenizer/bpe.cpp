@@ -37,9 +37,7 @@ struct Candidate {
   int32_t pos;
   int32_t new_id;
   // Lowest rank first, then leftmost: priority_queue pops the "largest".
-  bool operator<(const Candidate& other) const {
-    return rank != other.rank ? rank > other.rank : pos > other.pos;
-  }
+  bool operator<(const Candidate& other) const { return rank != other.rank ? rank > other.rank : pos > other.pos; }
 };
 
 }  // namespace

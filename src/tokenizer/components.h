@@ -51,8 +51,7 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   // `fused` is true once an earlier decoder has joined all tokens into one string.
-  virtual void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context,
-                            bool& fused) const = 0;
+  virtual void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context, bool& fused) const = 0;
   // Appends this decoder's EndStrip, if any; `fused` is tracked as in decode_chain.
   virtual void end_strips(bool& /*fused*/, std::vector<EndStrip>& /*out*/) const {}
 };

@@ -130,8 +130,7 @@ class StripDecoder final : public Decoder {
       throw_error("Strip decoder content '{}' is not one character", content);
     }
   }
-  void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context,
-                    bool& fused) const override {
+  void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context, bool& fused) const override {
     // After a Fuse the single token is the whole text: its start (end) is only the start (end)
     // of the sequence when the context says so.
     const size_t start = fused && !context.at_start ? 0 : start_;
@@ -202,8 +201,7 @@ class MetaspaceDecoder final : public Decoder {
 class SequenceDecoder final : public Decoder {
  public:
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> items) : items_(std::move(items)) {}
-  void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context,
-                    bool& fused) const override {
+  void decode_chain(std::vector<std::string>& tokens, const DecodeContext& context, bool& fused) const override {
     for (const auto& item : items_) item->decode_chain(tokens, context, fused);
   }
   void end_strips(bool& fused, std::vector<EndStrip>& out) const override {

@@ -23,7 +23,12 @@ using nlohmann::json;
 
 // tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum TokenType : int32_t {
-  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 // The tokenizer.* key-values of one file, read and checked.
@@ -32,7 +37,7 @@ struct GgufVocab {
   std::string model;   // "gpt2" or "llama"
   std::string pre;     // tokenizer.ggml.pre ("" when absent)
   std::vector<std::string> tokens;
-  std::vector<float> scores;  // empty when absent
+  std::vector<float> scores;   // empty when absent
   std::vector<int32_t> types;  // one per token (kNormal when the key is absent)
   std::vector<std::string> merges;
   std::optional<int32_t> bos_id, eos_id, unk_id, pad_id;
@@ -106,8 +111,7 @@ GgufVocab read_vocab(const GgufFile& file) {
     const auto default_id = [&](std::optional<int32_t>& id, int32_t value, std::string_view key) {
       if (id) return;
       if (static_cast<size_t>(value) >= n) {
-        throw_error("{}: no {} and the default id {} is outside the vocabulary ({} tokens)", v.source, key,
-                    value, n);
+        throw_error("{}: no {} and the default id {} is outside the vocabulary ({} tokens)", v.source, key, value, n);
       }
       id = value;
     };
@@ -150,8 +154,13 @@ json added_tokens_json(const GgufVocab& v) {
   for (size_t i = 0; i < v.tokens.size(); ++i) {
     const int32_t type = v.types[i];
     if (type != kControl && type != kUnknown && type != kUserDefined) continue;
-    added.push_back({{"id", i}, {"content", v.tokens[i]}, {"single_word", false}, {"lstrip", false},
-                     {"rstrip", false}, {"normalized", false}, {"special", type != kUserDefined}});
+    added.push_back({{"id", i},
+                     {"content", v.tokens[i]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", type != kUserDefined}});
   }
   return added;
 }
@@ -175,8 +184,7 @@ json post_processor_json(const GgufVocab& v) {
 
 // The pre-tokenizer regexes of llama.cpp's pre-tokenizer names (llama-vocab.cpp), written as the
 // Hugging Face tokenizer.json of the same family writes them.
-constexpr const char* kGpt2Regex =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3Regex =
@@ -187,8 +195,8 @@ json split(const char* regex) {
 }
 
 json byte_level(bool add_prefix_space, bool use_regex) {
-  return {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true},
-          {"use_regex", use_regex}};
+  return {
+      {"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
 
 // Fills the normalizer and pre-tokenizer of a gpt2 vocabulary from tokenizer.ggml.pre.
@@ -211,12 +219,14 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
       splits.push_back(split(regex));
     }
   } else {
-    throw_error("{}: tokenizer.ggml.pre '{}' is not supported (qwen2, olmo, gpt-2, llama-bpe, default are)",
-                v.source, pre);
+    throw_error("{}: tokenizer.ggml.pre '{}' is not supported (qwen2, olmo, gpt-2, llama-bpe, default are)", v.source,
+                pre);
   }
   if (v.add_space_prefix && !gpt2_regex) {
-    throw_error("{}: tokenizer.ggml.add_space_prefix is only supported with the GPT-2 regex pre-tokenizers "
-                "(olmo, gpt-2), not with '{}'", v.source, pre);
+    throw_error(
+        "{}: tokenizer.ggml.add_space_prefix is only supported with the GPT-2 regex pre-tokenizers "
+        "(olmo, gpt-2), not with '{}'",
+        v.source, pre);
   }
   root["normalizer"] = nfc ? json{{"type", "NFC"}} : json(nullptr);
   if (gpt2_regex) {
@@ -242,8 +252,7 @@ json byte_level_model(const GgufVocab& v) {
     const auto& merge = v.merges[i];
     const auto space = merge.find(' ', 1);  // as llama.cpp splits them
     if (space == std::string::npos || space + 1 == merge.size()) {
-      throw_error("{}: tokenizer.ggml.merges[{}] '{}' is not two tokens separated by a space", v.source, i,
-                  merge);
+      throw_error("{}: tokenizer.ggml.merges[{}] '{}' is not two tokens separated by a space", v.source, i, merge);
     }
     std::string left = merge.substr(0, space), right = merge.substr(space + 1);
     for (const std::string& token : {left, right, left + right}) {
@@ -253,10 +262,16 @@ json byte_level_model(const GgufVocab& v) {
     }
     merges.push_back({std::move(left), std::move(right)});
   }
-  return {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+  return {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
           {"ignore_merges", is_llama3_pre(v.pre)},
-          {"vocab", std::move(vocab)}, {"merges", std::move(merges)}};
+          {"vocab", std::move(vocab)},
+          {"merges", std::move(merges)}};
 }
 
 // The merges transformers' SentencePiece converter derives from a vocabulary with scores: every
@@ -294,9 +309,15 @@ void sentencepiece_pipeline(const GgufVocab& v, json& root) {
   const auto index = index_tokens(v, false);
   json vocab = json::object();
   for (size_t i = 0; i < v.tokens.size(); ++i) vocab[v.tokens[i]] = i;
-  root["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", v.tokens[static_cast<size_t>(*v.unk_id)]},
-                   {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr}, {"fuse_unk", true},
-                   {"byte_fallback", true}, {"ignore_merges", false}, {"vocab", std::move(vocab)},
+  root["model"] = {{"type", "BPE"},
+                   {"dropout", nullptr},
+                   {"unk_token", v.tokens[static_cast<size_t>(*v.unk_id)]},
+                   {"continuing_subword_prefix", nullptr},
+                   {"end_of_word_suffix", nullptr},
+                   {"fuse_unk", true},
+                   {"byte_fallback", true},
+                   {"ignore_merges", false},
+                   {"vocab", std::move(vocab)},
                    {"merges", sentencepiece_merges(v, index)}};
   const std::string space = "\u2581";
   json normalizers = json::array();
@@ -305,7 +326,8 @@ void sentencepiece_pipeline(const GgufVocab& v, json& root) {
   root["normalizer"] = {{"type", "Sequence"}, {"normalizers", normalizers}};
   root["pre_tokenizer"] = nullptr;
   json decoders = json::array({{{"type", "Replace"}, {"pattern", {{"String", space}}}, {"content", " "}},
-                               {{"type", "ByteFallback"}}, {{"type", "Fuse"}}});
+                               {{"type", "ByteFallback"}},
+                               {{"type", "Fuse"}}});
   if (v.add_space_prefix) decoders.push_back({{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   root["decoder"] = {{"type", "Sequence"}, {"decoders", decoders}};
 }

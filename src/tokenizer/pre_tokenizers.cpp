@@ -54,9 +54,7 @@ class NfcNormalizer final : public Normalizer {
 class PrependNormalizer final : public Normalizer {
  public:
   explicit PrependNormalizer(std::string prepend) : prepend_(std::move(prepend)) {}
-  std::string normalize(std::string text) const override {
-    return text.empty() ? text : prepend_ + text;
-  }
+  std::string normalize(std::string text) const override { return text.empty() ? text : prepend_ + text; }
 
  private:
   std::string prepend_;
@@ -125,9 +123,7 @@ std::vector<Span> apply_behavior(std::vector<Range> ranges, SplitBehavior behavi
     case SplitBehavior::kIsolated:
       for (auto& r : ranges) merged.push_back({r.begin, r.end, false});
       break;
-    case SplitBehavior::kRemoved:
-      merged = std::move(ranges);
-      break;
+    case SplitBehavior::kRemoved: merged = std::move(ranges); break;
     case SplitBehavior::kContiguous:
       for (const auto& r : ranges) {
         if (r.is_match == previous_match && !merged.empty()) {
@@ -197,8 +193,7 @@ class SplitPreTokenizer final : public PreTokenizer {
   bool invert_;
 };
 
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 class ByteLevelPreTokenizer final : public PreTokenizer {
  public:
@@ -212,8 +207,7 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
       }
     }
     if (regex_) {
-      split_pieces(pieces, SplitBehavior::kIsolated, false,
-                   [&](std::string_view t) { return regex_->find_all(t); });
+      split_pieces(pieces, SplitBehavior::kIsolated, false, [&](std::string_view t) { return regex_->find_all(t); });
     }
     const auto& table = byte_level_table();
     for (auto& piece : pieces) {
@@ -252,8 +246,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     for (auto& piece : pieces) {
       piece.text = replace_all(piece.text, find_all_literal(piece.text, " "), replacement_);
-      const bool prepend = scheme_ == PrependScheme::kAlways ||
-                           (scheme_ == PrependScheme::kFirst && piece.at_start);
+      const bool prepend = scheme_ == PrependScheme::kAlways || (scheme_ == PrependScheme::kFirst && piece.at_start);
       if (prepend && !piece.text.empty() && !piece.text.starts_with(replacement_)) {
         piece.text = replacement_ + piece.text;
       }

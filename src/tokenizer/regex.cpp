@@ -80,10 +80,9 @@ std::vector<Span> Regex::find_all(std::string_view text) const {
   size_t pos = 0;
   while (pos <= text.size()) {
     // The text was validated as UTF-8 up front, so PCRE2's own check is skipped.
-    const int rc = state_->jit ? pcre2_jit_match(state_->code, subject, text.size(), pos,
-                                                 PCRE2_NO_UTF_CHECK, data, nullptr)
-                               : pcre2_match(state_->code, subject, text.size(), pos,
-                                             PCRE2_NO_UTF_CHECK, data, nullptr);
+    const int rc = state_->jit
+                       ? pcre2_jit_match(state_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, data, nullptr)
+                       : pcre2_match(state_->code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, data, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(data);

@@ -233,8 +233,8 @@ std::shared_ptr<TokenizerImpl> build(std::string_view tokenizer_json, const std:
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
                                std::string_view source) {
-  auto impl = tokenizer_detail::build(tokenizer_json, std::string(source), tokenizer_config_json,
-                                      "tokenizer_config.json");
+  auto impl =
+      tokenizer_detail::build(tokenizer_json, std::string(source), tokenizer_config_json, "tokenizer_config.json");
   tokenizer_detail::resolve_special_ids(*impl);
   return Tokenizer(std::move(impl));
 }
@@ -245,14 +245,15 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   const auto tokenizer_json = tokenizer_detail::read_file_if_exists(tokenizer_path);
   if (!tokenizer_json) throw_error("{}: no such file", tokenizer_path.string());
   const auto config_json = tokenizer_detail::read_file_if_exists(config_path);
-  auto impl = tokenizer_detail::build(*tokenizer_json, tokenizer_path.string(), config_json.value_or(""),
-                                      config_path.string());
+  auto impl =
+      tokenizer_detail::build(*tokenizer_json, tokenizer_path.string(), config_json.value_or(""), config_path.string());
   // Newer checkpoints keep the template in its own file, which then wins; transformers 5 writes
   // the other named templates to additional_chat_templates/NAME.jinja.
   if (const auto jinja = tokenizer_detail::read_file_if_exists(model_dir / "chat_template.jinja")) {
     impl->chat_template = *jinja;
   }
-  if (const auto jinja = tokenizer_detail::read_file_if_exists(model_dir / "additional_chat_templates" / "tool_use.jinja")) {
+  if (const auto jinja =
+          tokenizer_detail::read_file_if_exists(model_dir / "additional_chat_templates" / "tool_use.jinja")) {
     impl->tool_use_template = *jinja;
   }
   for (const std::string* text : {&impl->chat_template, &impl->tool_use_template}) {
@@ -289,9 +290,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
     }
   };
 
-  const auto segments = impl.raw_matcher.empty()
-                            ? std::vector<tokenizer_detail::Segment>{{0, text.size(), -1}}
-                            : impl.raw_matcher.split(text);
+  const auto segments = impl.raw_matcher.empty() ? std::vector<tokenizer_detail::Segment>{{0, text.size(), -1}}
+                                                 : impl.raw_matcher.split(text);
   for (const auto& segment : segments) {
     if (segment.added_id >= 0) {
       ids.push_back(segment.added_id);

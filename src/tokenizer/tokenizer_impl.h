@@ -79,8 +79,7 @@ struct TokenizerImpl {
   const std::string* token_text(int32_t id) const;
 
   // ids -> token strings (skipping special added tokens if asked) -> decoder chain.
-  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens,
-                     const DecodeContext& context) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special_tokens, const DecodeContext& context) const;
 };
 
 }  // namespace chronos::tokenizer_detail

@@ -38,7 +38,7 @@ bool is_word_char(char32_t cp);
 // GPT-2 bytes_to_unicode: every byte maps to a printable code point.
 struct ByteLevelTable {
   ByteLevelTable();
-  std::array<std::string, 256> byte_to_utf8;   // UTF-8 of the code point for each byte
+  std::array<std::string, 256> byte_to_utf8;     // UTF-8 of the code point for each byte
   std::array<int16_t, 0x144> codepoint_to_byte;  // -1 for code points outside the table
 };
 const ByteLevelTable& byte_level_table();

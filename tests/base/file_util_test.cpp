@@ -1,7 +1,7 @@
 // AtomicFile: what is at the output path decides how it is written; nothing is half-written,
 // followed or consumed on the way.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

@@ -21,14 +21,12 @@ const fs::path kFixtures = fs::path(CHRONOS_TEST_DATA_DIR);
 
 class GgufCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    work_ = testing::fresh_work_dir("chronos_cli_gguf");
-  }
+  void SetUp() override { work_ = testing::fresh_work_dir("chronos_cli_gguf"); }
   void TearDown() override { fs::remove_all(work_); }
 
   std::string greedy(const fs::path& model, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"generate", "-m", model.string(), "-p", "The river keeps its own time",
-                                     "-n", "12", "--temp", "0", "--ignore-eos"};
+                                     "-n",       "12", "--temp",       "0",  "--ignore-eos"};
     args.insert(args.end(), extra.begin(), extra.end());
     const RunResult r = run_chronos(args, work_);
     EXPECT_EQ(r.exit_code, 0) << model << ": " << r.err;
@@ -45,11 +43,12 @@ TEST_F(GgufCli, F32FileGeneratesTheSafetensorsCheckpointsText) {
 }
 
 TEST_F(GgufCli, PackOfAGgufFileGeneratesWhatTheFileDoes) {
-  for (const char* name : {"mixtral-f32", "qwen2_moe-q8_0", "olmoe-q4_k", "qwen3_moe-f16", "mixtral-q4_k_m",
-                           "mixed-types"}) {
+  for (const char* name :
+       {"mixtral-f32", "qwen2_moe-q8_0", "olmoe-q4_k", "qwen3_moe-f16", "mixtral-q4_k_m", "mixed-types"}) {
     const fs::path file = kFixtures / "gguf" / (std::string(name) + ".gguf");
     const fs::path pack = work_ / name;
-    const RunResult packed = run_chronos({"pack", "-m", file.string(), "-o", pack.string(), "--cluster", "none"}, work_);
+    const RunResult packed =
+        run_chronos({"pack", "-m", file.string(), "-o", pack.string(), "--cluster", "none"}, work_);
     ASSERT_EQ(packed.exit_code, 0) << name << ": " << packed.err;
     for (const char* side : {"config.json", "tokenizer.json", "tokenizer_config.json"})
       EXPECT_TRUE(fs::exists(pack / side)) << name << " " << side;
@@ -183,8 +182,8 @@ TEST_F(GgufCli, TracePackTrainPredictorsFromAGgufFile) {
                    "16", "--intent-hidden", "16", "--intent-epochs", "4", "-t", "1"},
                   work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = run_chronos({"eval-predictors", "-m", pack.string(), "--traces", traces.string(), "--router-model", file.string()},
-                  work_);
+  r = run_chronos(
+      {"eval-predictors", "-m", pack.string(), "--traces", traces.string(), "--router-model", file.string()}, work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string expected = greedy(file);
   EXPECT_EQ(greedy(pack, {"--expert-cache", "25%", "--prefetch", "predict"}), expected);
@@ -213,8 +212,8 @@ TEST_F(GgufCli, LowbitMissesFromTheCommandLine) {
   const fs::path model = kFixtures / "models" / "qwen2_moe-f32";
   const fs::path plain = work_ / "plain", with_copies = work_ / "copies";
   ASSERT_EQ(run_chronos({"pack", "-m", model.string(), "-o", plain.string(), "--cluster", "none"}, work_).exit_code, 0);
-  const RunResult packed = run_chronos({"pack", "-m", model.string(), "-o", with_copies.string(), "--cluster", "none",
-                                        "--lowbit-type", "q8_0"}, work_);
+  const RunResult packed = run_chronos(
+      {"pack", "-m", model.string(), "-o", with_copies.string(), "--cluster", "none", "--lowbit-type", "q8_0"}, work_);
   ASSERT_EQ(packed.exit_code, 0) << packed.err;
   EXPECT_NE(packed.err.find("low-bit copies"), std::string::npos) << packed.err;
 
@@ -227,20 +226,22 @@ TEST_F(GgufCli, LowbitMissesFromTheCommandLine) {
   EXPECT_NE(json.find("\"byte_hit_rate\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"lowbit_bytes\""), std::string::npos) << json;
 
-  const RunResult no_copies = run_chronos(
-      {"generate", "-m", plain.string(), "-p", "The river", "-n", "4", "--on-miss", "lowbit"}, work_);
+  const RunResult no_copies =
+      run_chronos({"generate", "-m", plain.string(), "-p", "The river", "-n", "4", "--on-miss", "lowbit"}, work_);
   EXPECT_EQ(no_copies.exit_code, 1) << no_copies.err;
   EXPECT_EQ(no_copies.err_lines().size(), 1u) << no_copies.err;
   EXPECT_NE(no_copies.err.find("--lowbit-type"), std::string::npos) << no_copies.err;
 
   const RunResult tiny = run_chronos({"generate", "-m", with_copies.string(), "-p", "The river", "-n", "4",
-                                      "--expert-cache", "1%", "--on-miss", "lowbit"}, work_);
+                                      "--expert-cache", "1%", "--on-miss", "lowbit"},
+                                     work_);
   EXPECT_EQ(tiny.exit_code, 1) << tiny.err;
   EXPECT_NE(tiny.err.find("--expert-cache"), std::string::npos) << tiny.err;
   EXPECT_NE(tiny.err.find("low-bit copies"), std::string::npos) << tiny.err;
 
   const RunResult wait_rule = run_chronos({"generate", "-m", with_copies.string(), "-p", "The river", "-n", "4",
-                                           "--on-miss", "wait", "--wait-above", "0.3"}, work_);
+                                           "--on-miss", "wait", "--wait-above", "0.3"},
+                                          work_);
   EXPECT_EQ(wait_rule.exit_code, 2) << wait_rule.err;
   EXPECT_NE(wait_rule.err.find("--wait-above"), std::string::npos) << wait_rule.err;
 }

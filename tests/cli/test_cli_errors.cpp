@@ -9,9 +9,9 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <sstream>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
+#include <sstream>
 
 #include "chronos/safetensors.h"
 #include "cli/cli_runner.h"
@@ -20,8 +20,8 @@ namespace chronos {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::run_chronos;
 using testing::expect_clean_failure;
+using testing::run_chronos;
 using testing::RunResult;
 
 const fs::path kFixture = fs::path(CHRONOS_TEST_DATA_DIR) / "models" / "qwen2_moe-f32";
@@ -34,7 +34,6 @@ class CliErrors : public ::testing::Test {
     fs::copy(kFixture, model_, fs::copy_options::recursive);
   }
   void TearDown() override { fs::remove_all(work_); }
-
 
   RunResult generate(std::vector<std::string> extra, const std::string& stdin_file = "") {
     std::vector<std::string> args = {"generate", "-m", model_.string(), "-n", "4"};
@@ -140,8 +139,8 @@ TEST_F(CliErrors, ConfigNotJson) {
 }
 
 TEST_F(CliErrors, PromptLongerThanContext) {
-  expect_clean_failure(generate({"-p", "The river keeps its own time, and the mill wheel turns.", "--ctx-size", "8"}), 1,
-                       "context");
+  expect_clean_failure(generate({"-p", "The river keeps its own time, and the mill wheel turns.", "--ctx-size", "8"}),
+                       1, "context");
 }
 
 TEST_F(CliErrors, InvalidUtf8Prompt) {
@@ -169,9 +168,10 @@ TEST_F(CliErrors, BadFlagValues) {
   expect_clean_failure(generate({"-p", "hi", "--ctx-size", "100000"}), 2, "--ctx-size");
   expect_clean_failure(run_chronos({"frobnicate"}, work_), 2, "frobnicate");
   // A type Chronos reads but does not write (the IQ grid types) is refused with the choices it has.
-  expect_clean_failure(run_chronos({"pack", "-m", model_.string(), "-o", (work_ / "iq_pack").string(),
-                                    "--expert-type", "iq2_xxs"}, work_),
-                       2, "reads IQ2_XXS but does not quantize to it");
+  expect_clean_failure(
+      run_chronos({"pack", "-m", model_.string(), "-o", (work_ / "iq_pack").string(), "--expert-type", "iq2_xxs"},
+                  work_),
+      2, "reads IQ2_XXS but does not quantize to it");
 }
 
 TEST_F(CliErrors, NumericFlagsAreBounded) {
@@ -218,7 +218,8 @@ TEST_F(CliErrors, StreamingFlagsAreParsedAlikeEverywhere) {
       {{"--prefetch", "predict", "--prefetch-min-score", "2"}, "--prefetch-min-score: value 2 not in range"},
       {{"--prefetch", "predict", "--prefetch-cap", "lots"}, "--prefetch-cap: 'lots' is not a size"},
       {{"--prefetch", "predict", "--intent-share", "1.5"}, "--intent-share: value 1.5 not in range"},
-      {{"--prefetch-cap", "64MiB"}, "--prefetch-min-score, --prefetch-cap and --intent-share apply to --prefetch predict"},
+      {{"--prefetch-cap", "64MiB"},
+       "--prefetch-min-score, --prefetch-cap and --intent-share apply to --prefetch predict"},
       {{"--intent-share", "0"}, "--prefetch-min-score, --prefetch-cap and --intent-share apply to --prefetch predict"}};
   for (const auto& [flag, message] : cases) {
     SCOPED_TRACE(flag[0] + " " + flag[1] + (flag.size() > 2 ? " " + flag[2] : ""));
@@ -298,10 +299,14 @@ TEST_F(CliErrors, EmptyPromptInAPromptsFileIsNamed) {
 }
 
 TEST_F(CliErrors, CraftedConfigNumbersAreNamed) {
-  const std::vector<std::pair<std::string, nlohmann::json>> cases = {
-      {"num_hidden_layers", 1000000000}, {"num_hidden_layers", -5},     {"hidden_size", 9223372036854775807LL},
-      {"partial_rotary_factor", 1e300},  {"rope_theta", 1e300},         {"eos_token_id", 10000000000LL},
-      {"eos_token_id", -3},              {"vocab_size", 4294967296LL}};
+  const std::vector<std::pair<std::string, nlohmann::json>> cases = {{"num_hidden_layers", 1000000000},
+                                                                     {"num_hidden_layers", -5},
+                                                                     {"hidden_size", 9223372036854775807LL},
+                                                                     {"partial_rotary_factor", 1e300},
+                                                                     {"rope_theta", 1e300},
+                                                                     {"eos_token_id", 10000000000LL},
+                                                                     {"eos_token_id", -3},
+                                                                     {"vocab_size", 4294967296LL}};
   const std::string original = testing::slurp(model_ / "config.json");
   for (const auto& [key, value] : cases) {
     std::ofstream(model_ / "config.json") << original;
@@ -352,7 +357,8 @@ TEST_F(CliErrors, StatsJsonNotLeftHalfWritten) {
 TEST_F(CliErrors, AFullStdoutIsAnError) {
   struct stat st {};
   if (::stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode)) GTEST_SKIP() << "no /dev/full here";
-  const RunResult r = run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", "4", "--ignore-eos"}, work_, "", "/dev/full");
+  const RunResult r =
+      run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", "4", "--ignore-eos"}, work_, "", "/dev/full");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("standard output"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("No space left"), std::string::npos) << r.err;
@@ -365,8 +371,8 @@ TEST_F(CliErrors, StatsJsonToADeviceWritesThroughIt) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   const int reader = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
   ASSERT_GE(reader, 0);
-  const RunResult r = run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", "2", "--stats-json",
-                                   fifo.string()}, work_);
+  const RunResult r =
+      run_chronos({"generate", "-m", model_.string(), "-p", "hi", "-n", "2", "--stats-json", fifo.string()}, work_);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   std::string text(1 << 16, '\0');
   const ssize_t n = ::read(reader, text.data(), text.size());

@@ -51,8 +51,9 @@ TEST_F(Cli, StopStringEndsTheTextBeforeIt) {
   const std::string full = reference_["greedy_text"];
   const size_t at = full.find(" the");
   ASSERT_NE(at, std::string::npos);
-  const RunResult r = run_chronos({"generate", "-m", kModel.string(), "-p", reference_["prompt"], "-n", "32",
-                                   "--ignore-eos", "--stop", " the"}, work_);
+  const RunResult r = run_chronos(
+      {"generate", "-m", kModel.string(), "-p", reference_["prompt"], "-n", "32", "--ignore-eos", "--stop", " the"},
+      work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, full.substr(0, at));
 }
@@ -60,8 +61,8 @@ TEST_F(Cli, StopStringEndsTheTextBeforeIt) {
 // The README's --stop "\n\n": the shell passes a backslash and an n, which mean a newline.
 TEST_F(Cli, StopStringEscapesMeanTheCharacters) {
   const fs::path demo = fs::path(CHRONOS_SOURCE_DIR) / "models" / "chronos-demo";
-  const std::vector<std::string> base = {"generate", "-m", demo.string(), "-p", "int main(void) {", "-n", "48",
-                                         "--ignore-eos"};
+  const std::vector<std::string> base = {"generate",         "-m", demo.string(), "-p",
+                                         "int main(void) {", "-n", "48",          "--ignore-eos"};
   const RunResult full = run_chronos(base, work_);
   ASSERT_EQ(full.exit_code, 0) << full.err;
   const size_t newline = full.out.find('\n');
@@ -76,7 +77,8 @@ TEST_F(Cli, StopStringEscapesMeanTheCharacters) {
 TEST_F(Cli, SameSeedSameSample) {
   auto sample = [&](const std::string& seed) {
     return run_chronos({"generate", "-m", kModel.string(), "-p", "the mill", "-n", "24", "--ignore-eos", "--temp",
-                        "1.0", "--top-k", "40", "--seed", seed}, work_);
+                        "1.0", "--top-k", "40", "--seed", seed},
+                       work_);
   };
   const RunResult a = sample("11"), b = sample("11"), c = sample("12");
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -86,8 +88,9 @@ TEST_F(Cli, SameSeedSameSample) {
 
 TEST_F(Cli, StatsJsonHasTheMeasurements) {
   const auto stats = work_ / "stats.json";
-  const RunResult r = run_chronos({"generate", "-m", kModel.string(), "-p", "the mill", "-n", "8", "--ignore-eos",
-                                   "--stats-json", stats.string()}, work_);
+  const RunResult r = run_chronos(
+      {"generate", "-m", kModel.string(), "-p", "the mill", "-n", "8", "--ignore-eos", "--stats-json", stats.string()},
+      work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(testing::slurp(stats));
   EXPECT_GT(j["prompt_tokens"].get<int>(), 0);

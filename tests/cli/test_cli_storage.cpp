@@ -21,9 +21,12 @@ class CliStorage : public ::testing::Test {
   void SetUp() override {
     work_ = testing::fresh_work_dir("chronos_cli_storage");
     prompts_ = work_ / "prompts.jsonl";
-    std::ofstream(prompts_) << R"({"id": "a", "domain": "prose", "prompt": "The river keeps its own time"})" "\n"
-                            << R"({"id": "b", "domain": "code", "prompt": "int main() { return 0; }"})" "\n"
-                            << R"({"id": "c", "domain": "fr", "prompt": "Le moulin tourne"})" "\n";
+    std::ofstream(prompts_) << R"({"id": "a", "domain": "prose", "prompt": "The river keeps its own time"})"
+                               "\n"
+                            << R"({"id": "b", "domain": "code", "prompt": "int main() { return 0; }"})"
+                               "\n"
+                            << R"({"id": "c", "domain": "fr", "prompt": "Le moulin tourne"})"
+                               "\n";
   }
   void TearDown() override { fs::remove_all(work_); }
   fs::path work_, prompts_;
@@ -32,13 +35,15 @@ class CliStorage : public ::testing::Test {
 TEST_F(CliStorage, TracePackGenerateBench) {
   const auto traces = work_ / "traces", pack = work_ / "pack";
   RunResult r = run_chronos({"trace", "-m", kModel.string(), "--prompts", prompts_.string(), "-n", "8", "-o",
-                             traces.string(), "--prompts-per-file", "2"}, work_);
+                             traces.string(), "--prompts-per-file", "2"},
+                            work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(fs::exists(traces / "trace_00000.ctrace"));
   EXPECT_TRUE(fs::exists(traces / "trace_00001.ctrace"));
   // A rerun resumes: nothing is traced again.
   r = run_chronos({"trace", "-m", kModel.string(), "--prompts", prompts_.string(), "-n", "8", "-o", traces.string(),
-                   "--prompts-per-file", "2"}, work_);
+                   "--prompts-per-file", "2"},
+                  work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("2 files already present"), std::string::npos) << r.err;
 
@@ -54,15 +59,17 @@ TEST_F(CliStorage, TracePackGenerateBench) {
     EXPECT_NE(entry.path().filename().string().rfind(".pack.", 0), 0u) << entry.path();
 
   const std::string prompt = "The river keeps its own time, and the";
-  const RunResult from_checkpoint = run_chronos({"generate", "-m", kModel.string(), "-p", prompt, "-n", "24", "--ignore-eos"}, work_);
-  const RunResult from_pack = run_chronos({"generate", "-m", pack.string(), "-p", prompt, "-n", "24", "--ignore-eos",
-                                           "--expert-cache", "30%"}, work_);
+  const RunResult from_checkpoint =
+      run_chronos({"generate", "-m", kModel.string(), "-p", prompt, "-n", "24", "--ignore-eos"}, work_);
+  const RunResult from_pack = run_chronos(
+      {"generate", "-m", pack.string(), "-p", prompt, "-n", "24", "--ignore-eos", "--expert-cache", "30%"}, work_);
   ASSERT_EQ(from_pack.exit_code, 0) << from_pack.err;
   EXPECT_EQ(from_pack.out, from_checkpoint.out);
 
   const auto json = work_ / "bench.json", svg = work_ / "bench.svg";
   r = run_chronos({"bench", "-m", pack.string(), "--prompts", prompts_.string(), "-n", "8", "--expert-cache", "50%,25%",
-                   "--on-miss", "wait,fallback", "--json", json.string(), "--svg", svg.string()}, work_);
+                   "--on-miss", "wait,fallback", "--json", json.string(), "--svg", svg.string()},
+                  work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rows = nlohmann::json::parse(testing::slurp(json));
   ASSERT_EQ(rows.size(), 5u);  // all-resident + 2 budgets x 2 policies
@@ -97,12 +104,14 @@ TEST_F(CliStorage, TinyBudgetsWithPrefetchMatchTheResidentRun) {
   const auto pack = work_ / "pack";
   RunResult r = run_chronos({"pack", "-m", demo.string(), "--cluster", "none", "-o", pack.string()}, work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::ofstream(prompts_) << R"({"id": "debian", "prompt": "The history of the Debian project began when"})" "\n"
-                          << R"j({"id": "code", "prompt": "static int parse_args(int argc, char **argv)"})j" "\n";
+  std::ofstream(prompts_) << R"({"id": "debian", "prompt": "The history of the Debian project began when"})"
+                             "\n"
+                          << R"j({"id": "code", "prompt": "static int parse_args(int argc, char **argv)"})j"
+                             "\n";
   const auto json = work_ / "tiny.json";
   // 1% of the expert bytes is one slot (192 experts of ~190 KiB); 5% is nine.
-  r = run_chronos({"bench", "-m", pack.string(), "--prompts", prompts_.string(), "-n", "64", "--expert-cache",
-                   "1%,5%", "--prefetch", "lru", "--eviction", "lru,lru-freq", "--json", json.string()},
+  r = run_chronos({"bench", "-m", pack.string(), "--prompts", prompts_.string(), "-n", "64", "--expert-cache", "1%,5%",
+                   "--prefetch", "lru", "--eviction", "lru,lru-freq", "--json", json.string()},
                   work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto rows = nlohmann::json::parse(testing::slurp(json));
@@ -138,8 +147,9 @@ TEST_F(CliStorage, BadInputIsOneLine) {
   EXPECT_NE(r.err.find("pack folder"), std::string::npos) << r.err;
   r = run_chronos({"bench", "-m", kModel.string(), "--prompts", prompts_.string()}, work_);
   EXPECT_EQ(r.exit_code, 1);
-  r = run_chronos({"trace", "-m", kModel.string(), "--prompts", (work_ / "none.jsonl").string(), "-o",
-                   (work_ / "t").string()}, work_);
+  r = run_chronos(
+      {"trace", "-m", kModel.string(), "--prompts", (work_ / "none.jsonl").string(), "-o", (work_ / "t").string()},
+      work_);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("none.jsonl"), std::string::npos) << r.err;
   for (const RunResult* x : {&r}) EXPECT_EQ(x->err_lines().size(), 1u) << x->err;

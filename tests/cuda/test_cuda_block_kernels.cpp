@@ -57,8 +57,13 @@ struct BlockWeights {
   int64_t offset;
 
   BlockWeights(DType type, int64_t r, int64_t c, uint32_t seed, int64_t offset_bytes = 0)
-      : dtype(type), rows(r), cols(c), bytes(size_t(r * dtype_row_bytes(type, c))), values(size_t(r * c)),
-        device(bytes.size() + size_t(offset_bytes)), offset(offset_bytes) {
+      : dtype(type),
+        rows(r),
+        cols(c),
+        bytes(size_t(r * dtype_row_bytes(type, c))),
+        values(size_t(r * c)),
+        device(bytes.size() + size_t(offset_bytes)),
+        offset(offset_bytes) {
     // Quantized from random weights, or random valid blocks for the IQ grid types (test_util.h).
     bytes = test::make_quant_weights(dtype, rows, cols, seed).bytes;
     for (int64_t row = 0; row < rows; ++row) ops::weight_row_to_f32(values.data() + row * cols, host_view(), row);
@@ -204,8 +209,8 @@ TEST_F(CudaBlockKernels, MoeGateUpAndDownMatchCpuExperts) {
         const double dg = double(2 * n_embd + 2) * kF32Eps * g_mag[size_t(f)];
         const double du = double(2 * n_embd + 2) * kF32Eps * u_mag[size_t(f)];
         const double silu_g = std::fabs(double(g[size_t(f)]) / (1.0 + std::exp(-double(g[size_t(f)]))));
-        const double tol = 1.1 * std::fabs(u[size_t(f)]) * dg + silu_g * du +
-                           16 * kF32Eps * std::fabs(expected_h[size_t(f)]) + 1e-30;
+        const double tol =
+            1.1 * std::fabs(u[size_t(f)]) * dg + silu_g * du + 16 * kF32Eps * std::fabs(expected_h[size_t(f)]) + 1e-30;
         ASSERT_NEAR(got_h[size_t(r * n_ff + f)], expected_h[size_t(f)], tol) << what << " row " << r << " f " << f;
       }
       const std::vector<float> h_row(h_in.begin() + r * n_ff, h_in.begin() + (r + 1) * n_ff);

@@ -112,8 +112,8 @@ TEST_F(CudaKernels, RmsnormMatchesCpuOpPerRowAndPerHead) {
     int64_t rows, dim, stride;
   };
   // Whole rows; per-head rows (dim = stride = head_dim); rows with a gap (stride > dim).
-  for (const Shape s : {Shape{1, 1, 1}, Shape{3, 2048, 2048}, Shape{17 * 4, 64, 64}, Shape{5, 100, 131},
-                        Shape{2, 33, 40}}) {
+  for (const Shape s :
+       {Shape{1, 1, 1}, Shape{3, 2048, 2048}, Shape{17 * 4, 64, 64}, Shape{5, 100, 131}, Shape{2, 33, 40}}) {
     const auto x = test::random_floats(s.rows * s.stride, 6, -4.0f, 4.0f);
     const auto weight = test::random_floats(s.dim, 7, 0.5f, 1.5f);
     auto expected = x;
@@ -400,7 +400,8 @@ TEST_F(CudaKernels, MoeGateUpAndDownMatchCpuExperts) {
           continue;
         }
         const std::vector<float> x_row(x.begin() + r * n_embd, x.begin() + (r + 1) * n_embd);
-        std::vector<float> g(static_cast<size_t>(n_ff)), u(static_cast<size_t>(n_ff)), expected_h(static_cast<size_t>(n_ff));
+        std::vector<float> g(static_cast<size_t>(n_ff)), u(static_cast<size_t>(n_ff)),
+            expected_h(static_cast<size_t>(n_ff));
         ops::matmul_rows(g.data(), x_row.data(), gate[size_t(e)]->host.view(), 1, 0, n_ff);
         ops::matmul_rows(u.data(), x_row.data(), up[size_t(e)]->host.view(), 1, 0, n_ff);
         ops::silu_mul(expected_h.data(), g.data(), u.data(), n_ff);
@@ -468,7 +469,8 @@ TEST_F(CudaKernels, RouterTopKMatchesCpuRouterWithTies) {
             std::vector<float> expected_w(static_cast<size_t>(k));
             ops::top_k(expected_ids.data(), expected_w.data(), expected_probs.data(), n_expert, k, norm);
             for (int64_t j = 0; j < k; ++j) {
-              ASSERT_EQ(ids[size_t(t * k + j)], expected_ids[size_t(j)]) << "n " << n_expert << " k " << k << " t " << t;
+              ASSERT_EQ(ids[size_t(t * k + j)], expected_ids[size_t(j)])
+                  << "n " << n_expert << " k " << k << " t " << t;
               // Renormalization adds a sum of k positive terms and a divide: (2 k + 2) u more.
               ASSERT_NEAR(weights[size_t(t * k + j)], expected_w[size_t(j)],
                           (prob_rel + double(2 * k + 2) * kF32Eps) * expected_w[size_t(j)]);
@@ -500,15 +502,14 @@ TEST_F(CudaKernels, MoeCombineMatchesCpuSoftGatedFallback) {
     DeviceArray<uint8_t> d_missing(missing);
     for (int mode = 0; mode < 3; ++mode) {  // no shared expert, ungated shared, gated shared
       cuda::moe_combine(out.get(), dy.get(), d_row.get(), d_weight.get(), d_missing.get(),
-                        mode == 0 ? nullptr : d_shared.get(), mode == 2 ? d_logits.get() : nullptr, n_tokens, k,
-                        n_embd, stream_);
+                        mode == 0 ? nullptr : d_shared.get(), mode == 2 ? d_logits.get() : nullptr, n_tokens, k, n_embd,
+                        stream_);
       sync();
       const auto got = out.download();
       for (int64_t t = 0; t < n_tokens; ++t) {
-        const auto expected =
-            test::reference_combine(y, n_embd, row.data() + t * k, weight.data() + t * k, missing.data() + t * k, k,
-                              mode == 0 ? nullptr : shared.data() + t * n_embd,
-                              mode == 2 ? gate_logits.data() + t : nullptr);
+        const auto expected = test::reference_combine(
+            y, n_embd, row.data() + t * k, weight.data() + t * k, missing.data() + t * k, k,
+            mode == 0 ? nullptr : shared.data() + t * n_embd, mode == 2 ? gate_logits.data() + t : nullptr);
         // The factor the routed sum is scaled by without a shared expert (total / available mass).
         double total = 0.0, available = 0.0;
         for (int64_t j = 0; j < k; ++j) {
@@ -523,8 +524,8 @@ TEST_F(CudaKernels, MoeCombineMatchesCpuSoftGatedFallback) {
           // shared term's coefficient (gate + missing mass) is at most k + 1.
           double magnitude = mode == 0 ? 0.0 : std::fabs(double(shared[size_t(t * n_embd + i)])) * double(k + 1);
           for (int64_t j = 0; j < k; ++j)
-            magnitude += routed_scale * std::fabs(double(weight[size_t(t * k + j)]) *
-                                                  y[size_t(row[size_t(t * k + j)] * n_embd + i)]);
+            magnitude += routed_scale *
+                         std::fabs(double(weight[size_t(t * k + j)]) * y[size_t(row[size_t(t * k + j)] * n_embd + i)]);
           ASSERT_NEAR(got[size_t(t * n_embd + i)], expected[size_t(i)], 4.0 * double(k + 8) * kF32Eps * magnitude)
               << "k " << k << " mode " << mode << " t " << t << " i " << i;
         }

@@ -38,14 +38,12 @@ std::unique_ptr<Backend> cuda_backend(std::string& why) {
   }
 }
 
-#define REQUIRE_CUDA(backend)                          \
-  std::string why_skipped;                             \
-  auto backend = cuda_backend(why_skipped);            \
+#define REQUIRE_CUDA(backend)               \
+  std::string why_skipped;                  \
+  auto backend = cuda_backend(why_skipped); \
   if (!backend) GTEST_SKIP() << why_skipped
 
-int32_t argmax(const std::vector<float>& v) {
-  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
-}
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 // Logits of a prompt (all positions, prefilled in chunks of `batch`) and then of `steps`
 // greedy decode tokens, on one runner.

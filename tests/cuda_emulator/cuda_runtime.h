@@ -111,7 +111,8 @@ cudaError_t cudaFree(void* ptr);
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
 cudaError_t cudaMemset(void* dst, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t stream = nullptr);
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
@@ -160,9 +161,8 @@ struct Cfg {
 template <typename... Params, typename... Args>
 void operator%(void (*kernel)(Params...), Bound<Args...>&& bound) {
   const auto args = std::move(bound.args);
-  run_grid(bound.grid, bound.block, bound.shared, [&] {
-    std::apply([&](const auto&... a) { kernel(Params(a)...); }, args);
-  });
+  run_grid(bound.grid, bound.block, bound.shared,
+           [&] { std::apply([&](const auto&... a) { kernel(Params(a)...); }, args); });
 }
 
 }  // namespace emu

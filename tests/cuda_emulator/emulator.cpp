@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "chronos/dtype.h"
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
-#include "chronos/dtype.h"
 
 uint3 threadIdx;  // plain globals: every fiber runs on the one launching thread
 uint3 blockIdx;
@@ -34,7 +34,7 @@ namespace {
 enum class State { kReady, kAtBlock, kAtWarp, kDone };
 
 struct Fiber {
-  ucontext_t context;  // to start it
+  ucontext_t context;    // to start it
   jmp_buf resume_point;  // where it yielded
   bool started = false;
   std::vector<char> stack;
@@ -45,10 +45,10 @@ struct Fiber {
 constexpr size_t kStackBytes = size_t(256) << 10;
 
 struct Scheduler {
-  ucontext_t main_context;  // only written by the first switch into a fiber
-  jmp_buf main_point;       // where the scheduler resumed the running fiber
-  std::vector<Fiber> fibers;      // [threads of the block]
-  std::vector<float> exchange;    // [threads] values offered to warp shuffles
+  ucontext_t main_context;      // only written by the first switch into a fiber
+  jmp_buf main_point;           // where the scheduler resumed the running fiber
+  std::vector<Fiber> fibers;    // [threads of the block]
+  std::vector<float> exchange;  // [threads] values offered to warp shuffles
   const std::function<void()>* body = nullptr;
   unsigned current = 0;
   uint3 block{};
@@ -145,8 +145,7 @@ void* dynamic_shared() { return g_shared.data(); }
 
 void run_grid(dim3 grid, dim3 block, size_t shared_bytes, const std::function<void()>& body) {
   const unsigned threads = block.x * block.y * block.z;
-  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 ||
-      grid.z > 65535)
+  if (threads == 0 || threads > 1024 || grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
     throw std::runtime_error("emulated launch: invalid configuration");
   gridDim = grid;
   blockDim = block;

@@ -272,10 +272,9 @@ TEST(ExpertCacheDeathTest, ReleaseWithoutPinIsAnInvariantFailure) {
 void run_random_operations(EvictionPolicy policy, uint64_t seed, double half_life = 0) {
   auto backend = make_cpu_backend();
   constexpr int64_t kSlots = 12;
-  ExpertCache cache(*backend, {.budget_bytes = kSlots * kSlot + 7,
-                               .slot_bytes = kSlot,
-                               .policy = policy,
-                               .frequency_half_life = half_life});
+  ExpertCache cache(
+      *backend,
+      {.budget_bytes = kSlots * kSlot + 7, .slot_bytes = kSlot, .policy = policy, .frequency_half_life = half_life});
   std::mt19937_64 rng(seed);
   std::map<ExpertKey, int> pins;  // the compute side's pins
   std::set<ExpertKey> loading;
@@ -570,8 +569,8 @@ TEST(ExpertCache, PerLayerSplitKeepsEachLayersShare) {
 // budget is never exceeded, on random operations.
 TEST(ExpertCache, EveryPolicyGivesADemandLoadASlot) {
   auto backend = make_cpu_backend();
-  for (const EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kLruFrequency, EvictionPolicy::kPerLayer,
-                                      EvictionPolicy::kNextUse}) {
+  for (const EvictionPolicy policy :
+       {EvictionPolicy::kLru, EvictionPolicy::kLruFrequency, EvictionPolicy::kPerLayer, EvictionPolicy::kNextUse}) {
     SCOPED_TRACE(testing::Message() << "policy " << int(policy));
     ExpertCache cache(*backend, {.budget_bytes = 6 * kSlot, .slot_bytes = kSlot, .policy = policy});
     std::mt19937 rng(3);

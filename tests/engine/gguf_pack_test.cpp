@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <fmt/format.h>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -64,9 +64,11 @@ class GgufPack : public ::testing::Test {
 // The fixtures hold the bytes Chronos's quantizer writes, so the GGUF file and the pack of the
 // checkpoint quantized to the same type run the same weights: every logit equal, bit for bit.
 TEST_F(GgufPack, QuantizedFileEqualsThePackOfItsCheckpointQuantizedTheSameWay) {
-  const std::vector<std::pair<std::string, DType>> cases = {
-      {"mixtral", DType::kQ8_0}, {"qwen2_moe", DType::kQ8_0}, {"qwen3_moe", DType::kQ8_0},
-      {"olmoe", DType::kQ8_0},   {"olmoe", DType::kQ4_K}};
+  const std::vector<std::pair<std::string, DType>> cases = {{"mixtral", DType::kQ8_0},
+                                                            {"qwen2_moe", DType::kQ8_0},
+                                                            {"qwen3_moe", DType::kQ8_0},
+                                                            {"olmoe", DType::kQ8_0},
+                                                            {"olmoe", DType::kQ4_K}};
   for (const auto& [model, type] : cases) {
     const std::string name = fmt::format("{}-{}", model, dtype_name(type));
     SCOPED_TRACE(name);
@@ -120,8 +122,7 @@ TEST_F(GgufPack, MixedExpertTypesPackAndStream) {
     PackManifest::load(packed);
     FAIL() << "a Q8_0 down projection was accepted in a Q5_0 pack";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("is Q8_0, the manifest's expert type is Q5_0"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("is Q8_0, the manifest's expert type is Q5_0"), std::string::npos) << e.what();
   }
   json["model"]["dtypes"] = {"Q5_0", "Q9_9"};
   std::ofstream(packed / kManifestFileName) << json.dump(1);

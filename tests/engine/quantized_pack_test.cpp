@@ -5,13 +5,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <filesystem>
-#include <fmt/format.h>
+#include <tuple>
 
 #include <map>
 #include <nlohmann/json.hpp>
@@ -73,8 +73,8 @@ class QuantizedPack : public ::testing::Test {
     auto add = [&](const std::string& name, const WeightView& w) {
       std::vector<float>& values = storage.emplace_back(size_t(w.rows * w.cols));
       for (int64_t r = 0; r < w.rows; ++r) ops::weight_row_to_f32(values.data() + r * w.cols, w, r);
-      tensors.push_back({name, DType::kF32, {w.rows, w.cols},
-                         std::as_bytes(std::span<const float>(values.data(), values.size()))});
+      tensors.push_back(
+          {name, DType::kF32, {w.rows, w.cols}, std::as_bytes(std::span<const float>(values.data(), values.size()))});
     };
     storage.reserve(4096);
     const ModelWeights& weights = packed->weights();
@@ -84,10 +84,10 @@ class QuantizedPack : public ::testing::Test {
         const PackedTensor& t = spec.role == TensorRole::kExpertGate ? e.gate
                                 : spec.role == TensorRole::kExpertUp ? e.up
                                                                      : e.down;
-        const TensorInfo* info = clusters.at(e.cluster)->find(
-            ctsr_tensor_name(e.key, spec.role == TensorRole::kExpertGate ? "gate"
-                                    : spec.role == TensorRole::kExpertUp ? "up"
-                                                                         : "down"));
+        const TensorInfo* info =
+            clusters.at(e.cluster)->find(ctsr_tensor_name(e.key, spec.role == TensorRole::kExpertGate ? "gate"
+                                                                 : spec.role == TensorRole::kExpertUp ? "up"
+                                                                                                      : "down"));
         add(spec.name, WeightView{info->data, t.dtype, t.shape[0], t.shape[1]});
         continue;
       }
@@ -117,8 +117,8 @@ class QuantizedPack : public ::testing::Test {
       } else {  // norms, biases, router, shared-expert gate: unchanged by the pack
         std::vector<float>& values = storage.emplace_back(size_t(info->n_elements()));
         ops::weight_row_to_f32(values.data(), WeightView{info->data, info->dtype, 1, info->n_elements()}, 0);
-        tensors.push_back({spec.name, DType::kF32, info->shape,
-                           std::as_bytes(std::span<const float>(values.data(), values.size()))});
+        tensors.push_back(
+            {spec.name, DType::kF32, info->shape, std::as_bytes(std::span<const float>(values.data(), values.size()))});
       }
     }
     write_safetensors(out / "model.safetensors", tensors);
@@ -197,7 +197,8 @@ TEST_F(QuantizedPack, LogitsAreTheSameBitsOnAnyThreadCount) {
     const std::vector<float> other = run(threads);
     ASSERT_EQ(other.size(), one.size());
     size_t differing = 0;
-    for (size_t i = 0; i < one.size(); ++i) differing += std::bit_cast<uint32_t>(one[i]) != std::bit_cast<uint32_t>(other[i]);
+    for (size_t i = 0; i < one.size(); ++i)
+      differing += std::bit_cast<uint32_t>(one[i]) != std::bit_cast<uint32_t>(other[i]);
     EXPECT_EQ(differing, 0u) << threads << " threads against 1";
   }
 }
@@ -214,8 +215,8 @@ TEST_F(QuantizedPack, HfMxfp4ExpertsStayMxfp4) {
   for (const auto& [key, e] : manifest.experts) {
     const auto cluster = SafetensorsFile::open(packed / manifest.clusters.at(size_t(e.cluster)).file);
     const FfnWeights& w = checkpoint->weights().layers[size_t(key.layer)].experts[size_t(key.expert)];
-    for (const auto& [proj, t, view] : {std::tuple{"gate", &e.gate, &w.gate}, std::tuple{"up", &e.up, &w.up},
-                                        std::tuple{"down", &e.down, &w.down}}) {
+    for (const auto& [proj, t, view] :
+         {std::tuple{"gate", &e.gate, &w.gate}, std::tuple{"up", &e.up, &w.up}, std::tuple{"down", &e.down, &w.down}}) {
       ASSERT_EQ(t->dtype, DType::kMXFP4) << "layer " << key.layer << " expert " << key.expert << " " << proj;
       const TensorInfo* stored = cluster->find(ctsr_tensor_name(key, proj));
       ASSERT_NE(stored, nullptr);

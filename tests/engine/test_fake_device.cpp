@@ -220,7 +220,8 @@ TEST_F(FakeDeviceStreaming, WaitModeThroughStagingAndCopiesIsTokenIdentical) {
         so.budget_bytes = budget;
         so.prefetch.staging_bytes = pinned;
         StreamerStats stats;
-        EXPECT_EQ(generate(packed, &device, so, &stats), resident) << name << " budget " << budget << " pinned " << pinned;
+        EXPECT_EQ(generate(packed, &device, so, &stats), resident)
+            << name << " budget " << budget << " pinned " << pinned;
         EXPECT_EQ(stats.prefetch.copies, stats.prefetch.reads) << "every read reaches its slot by a copy";
         EXPECT_EQ(device.copies.load(), stats.prefetch.reads);
         EXPECT_EQ(device.bad_copies.load(), 0);

@@ -525,9 +525,7 @@ TEST_F(PrefetchMechanism, APredictedExpertOutlivesDemandLoadsUntilItsStepThenGoe
     ASSERT_NE(view, nullptr);
     streamer.release(key.layer, {&key.expert, 1});
   };
-  const auto resident = [&](ExpertKey key) {
-    return streamer.cache().lock()->find(key).state != SlotState::kEmpty;
-  };
+  const auto resident = [&](ExpertKey key) { return streamer.cache().lock()->find(key).state != SlotState::kEmpty; };
 
   streamer.begin_step();
   const int64_t s = streamer.step();

@@ -6,15 +6,15 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "chronos/backend.h"
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/generate.h"
-#include "chronos/pack.h"
 #include "chronos/model_runner.h"
+#include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/perplexity.h"
 #include "chronos/predictors.h"
@@ -44,8 +44,8 @@ void flip_byte(const fs::path& path, int64_t offset, char mask) {
 class Streaming : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    work_ = fs::temp_directory_path() /
-            ("chronos_stream_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    work_ =
+        fs::temp_directory_path() / ("chronos_stream_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::remove_all(work_);
     fs::create_directories(work_);
   }
@@ -96,8 +96,7 @@ class Streaming : public ::testing::TestWithParam<const char*> {
     options.max_new_tokens = tokens;
     options.prompts_per_file = per_file;
     ThreadPool pool(2);
-    return record_traces(*model, tokenizer, dir, prompts, work_ / "traces", options, pool,
-                         [](const TraceProgress&) {});
+    return record_traces(*model, tokenizer, dir, prompts, work_ / "traces", options, pool, [](const TraceProgress&) {});
   }
 
   int64_t expert_bytes(const fs::path& dir) { return Model::load(dir)->sizes().expert_bytes; }
@@ -236,7 +235,8 @@ TEST_F(StreamingErrors, EditedConfigOfAPackIsRefused) {
         << e.what();
   }
   // Formatting alone (key order, whitespace) is not a change.
-  std::ofstream(packed / "config.json") << nlohmann::json::parse(std::ifstream(fixture("qwen2_moe-f32") / "config.json")).dump(7);
+  std::ofstream(packed / "config.json")
+      << nlohmann::json::parse(std::ifstream(fixture("qwen2_moe-f32") / "config.json")).dump(7);
   EXPECT_EQ(generate(packed, &options, nullptr, 4).size(), 4u);
 }
 
@@ -332,7 +332,6 @@ TEST_F(StreamingErrors, FlippedByteIsAnErrorInFallbackModeToo) {
   EXPECT_THROW(streamer.begin_step(), Error);
 }
 
-
 // --on-miss lowbit: the pack's low-bit copies stand in for experts whose reads are late.
 class LowbitMisses : public Streaming {
  protected:
@@ -351,8 +350,10 @@ class LowbitMisses : public Streaming {
     const Tokenizer tokenizer = Tokenizer::load(checkpoint);
     std::vector<int32_t> text;
     for (int i = 0; i < 6; ++i) {
-      const auto ids = tokenizer.encode("The river keeps its own time, and the mill by the water turns; "
-                                        "int main() { return 0; } Le moulin tourne toujours. ", false);
+      const auto ids = tokenizer.encode(
+          "The river keeps its own time, and the mill by the water turns; "
+          "int main() { return 0; } Le moulin tourne toujours. ",
+          false);
       text.insert(text.end(), ids.begin(), ids.end());
     }
     ThreadPool pool(2);
@@ -421,8 +422,8 @@ TEST_P(LowbitMisses, Q8CopiesAreFarCloserToExactThanTheFallback) {
   EXPECT_GT(fallback_stats.fallbacks, 0);
   EXPECT_GT(lowbit_stats.lowbit, 0);
   EXPECT_EQ(lowbit_stats.waits, 0);
-  EXPECT_LT(lowbit.mean_kl() * 10, fallback.mean_kl()) << "lowbit " << lowbit.mean_kl() << ", fallback "
-                                                       << fallback.mean_kl();
+  EXPECT_LT(lowbit.mean_kl() * 10, fallback.mean_kl())
+      << "lowbit " << lowbit.mean_kl() << ", fallback " << fallback.mean_kl();
   EXPECT_GE(lowbit.top1_agreement(), 0.9);
 }
 

@@ -19,10 +19,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int64_t total = 0;
     for (const GgufTensor& tensor : file->tensors()) {
       CHRONOS_FUZZ_CHECK(file->find(tensor.name) == &tensor, "tensor %s not found by name", tensor.name.c_str());
-      CHRONOS_FUZZ_CHECK(tensor.file_offset > 0 && tensor.n_bytes > 0 &&
-                             tensor.file_offset + tensor.n_bytes <= int64_t(size),
-                         "tensor %s [%lld, +%lld) outside the %zu-byte file", tensor.name.c_str(),
-                         static_cast<long long>(tensor.file_offset), static_cast<long long>(tensor.n_bytes), size);
+      CHRONOS_FUZZ_CHECK(
+          tensor.file_offset > 0 && tensor.n_bytes > 0 && tensor.file_offset + tensor.n_bytes <= int64_t(size),
+          "tensor %s [%lld, +%lld) outside the %zu-byte file", tensor.name.c_str(),
+          static_cast<long long>(tensor.file_offset), static_cast<long long>(tensor.n_bytes), size);
       CHRONOS_FUZZ_CHECK(tensor.file_offset % file->alignment() == 0, "tensor %s misaligned", tensor.name.c_str());
       CHRONOS_FUZZ_CHECK(!tensor.shape.empty() && tensor.shape.size() <= 4, "tensor %s: bad rank", tensor.name.c_str());
       int64_t rows = 1;

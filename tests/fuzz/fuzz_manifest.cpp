@@ -33,8 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                            cluster.id);
         CHRONOS_FUZZ_CHECK(expert.offset >= 0 && expert.bytes >= expert.payload_bytes() &&
                                expert.offset <= cluster.bytes - expert.bytes,
-                           "layer %d expert %d: extent [%lld, +%lld) outside the %lld-byte file", key.layer,
-                           key.expert, static_cast<long long>(expert.offset), static_cast<long long>(expert.bytes),
+                           "layer %d expert %d: extent [%lld, +%lld) outside the %lld-byte file", key.layer, key.expert,
+                           static_cast<long long>(expert.offset), static_cast<long long>(expert.bytes),
                            static_cast<long long>(cluster.bytes));
       }
     }

@@ -10,8 +10,13 @@
 namespace {
 
 constexpr const char* kSamples[] = {
-    "Hello world", "  two  spaces\tand a tab\nand a line", "h\xC3\xA9llo w\xC3\xB6rld \xE6\x97\xA5\xE6\x9C\xAC",
-    "\xF0\x9F\x99\x82 emoji", "a\u2581b \u2581", "<s>abc</s>", "123 4567, x.y!",
+    "Hello world",
+    "  two  spaces\tand a tab\nand a line",
+    "h\xC3\xA9llo w\xC3\xB6rld \xE6\x97\xA5\xE6\x9C\xAC",
+    "\xF0\x9F\x99\x82 emoji",
+    "a\u2581b \u2581",
+    "<s>abc</s>",
+    "123 4567, x.y!",
 };
 
 }  // namespace
@@ -45,7 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::check_decode(tokenizer, ids);
   for (int32_t id = 0; id < n; ++id) {
     try {
-      if (tokenizer.is_special(id)) fuzz::check_encode(tokenizer, "x" + std::string(tokenizer.id_to_token(id)) + "y", false);
+      if (tokenizer.is_special(id))
+        fuzz::check_encode(tokenizer, "x" + std::string(tokenizer.id_to_token(id)) + "y", false);
     } catch (const Error&) {
       // A gap in the vocabulary.
     }

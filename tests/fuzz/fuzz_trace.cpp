@@ -9,8 +9,8 @@ namespace {
 void check_sequence(const chronos::TraceHeader& header, const chronos::TraceSequence& sequence) {
   for (const auto& token : sequence.tokens) {
     CHRONOS_FUZZ_CHECK(int64_t(token.h0.size()) == header.n_embd, "h0 of %zu values", token.h0.size());
-    CHRONOS_FUZZ_CHECK(int64_t(token.top_ids.size()) == header.n_moe_layers() * header.n_expert_used,
-                       "%zu top ids", token.top_ids.size());
+    CHRONOS_FUZZ_CHECK(int64_t(token.top_ids.size()) == header.n_moe_layers() * header.n_expert_used, "%zu top ids",
+                       token.top_ids.size());
     CHRONOS_FUZZ_CHECK(int64_t(token.probs.size()) == header.n_moe_layers() * header.n_expert, "%zu probs",
                        token.probs.size());
     for (const int32_t id : token.top_ids) {

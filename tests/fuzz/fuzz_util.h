@@ -47,14 +47,14 @@ inline void write_file(const std::filesystem::path& path, const uint8_t* data, s
 
 // A broken property is a finding: print it and abort, which libFuzzer reports as a crash and
 // saves the input for.
-#define CHRONOS_FUZZ_CHECK(condition, ...)                                           \
-  do {                                                                               \
-    if (!(condition)) {                                                              \
+#define CHRONOS_FUZZ_CHECK(condition, ...)                                                  \
+  do {                                                                                      \
+    if (!(condition)) {                                                                     \
       std::fprintf(stderr, "%s:%d: property failed: %s\n", __FILE__, __LINE__, #condition); \
-      std::fprintf(stderr, __VA_ARGS__);                                             \
-      std::fprintf(stderr, "\n");                                                    \
-      std::abort();                                                                  \
-    }                                                                                \
+      std::fprintf(stderr, __VA_ARGS__);                                                    \
+      std::fprintf(stderr, "\n");                                                           \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 }  // namespace chronos::fuzz

@@ -281,7 +281,7 @@ TEST_F(GgufTest, RefusesUnsupportedAndUnknownTypes) {
   expect_rejected(bytes, {"tensor matrix", "TQ1_0", "not supported"});
   put<uint32_t>(bytes, matrix.type, 35);
   expect_rejected(bytes, {"tensor matrix", "TQ2_0", "not supported", "Q5_K", "IQ4_XS", "MXFP4", "IQ2_XXS",
-                          "IQ1_M"});  // the list names what is
+                          "IQ1_M"});      // the list names what is
   put<uint32_t>(bytes, matrix.type, 16);  // IQ2_XXS is read; this matrix's rows are not whole 256-blocks
   expect_rejected(bytes, {"tensor matrix", "not whole 256-element blocks of IQ2_XXS"});
   put<uint32_t>(bytes, matrix.type, 13);  // Q5_K is read; this matrix's rows are not whole 256-blocks
@@ -322,14 +322,12 @@ TEST_F(GgufTest, ReadsTheIqGridTypes) {
 
 // ggml's type ids (ggml.h) for every type Chronos reads, both ways; the others have none.
 TEST(GgufTypes, IdsAreGgmlsBothWays) {
-  const std::pair<DType, uint32_t> ids[] = {{DType::kF32, 0},   {DType::kF16, 1},   {DType::kQ4_0, 2},
-                                            {DType::kQ5_0, 6},  {DType::kQ8_0, 8},  {DType::kQ2_K, 10},
-                                            {DType::kQ3_K, 11}, {DType::kQ4_K, 12}, {DType::kQ5_K, 13},
-                                            {DType::kQ6_K, 14}, {DType::kBF16, 30}, {DType::kQ4_1, 3},
-                                            {DType::kQ5_1, 7},  {DType::kIQ4_NL, 20}, {DType::kIQ4_XS, 23},
-                                            {DType::kMXFP4, 39}, {DType::kIQ2_XXS, 16}, {DType::kIQ2_XS, 17},
-                                            {DType::kIQ3_XXS, 18}, {DType::kIQ1_S, 19}, {DType::kIQ3_S, 21},
-                                            {DType::kIQ2_S, 22}, {DType::kIQ1_M, 29}};
+  const std::pair<DType, uint32_t> ids[] = {
+      {DType::kF32, 0},    {DType::kF16, 1},      {DType::kQ4_0, 2},    {DType::kQ5_0, 6},     {DType::kQ8_0, 8},
+      {DType::kQ2_K, 10},  {DType::kQ3_K, 11},    {DType::kQ4_K, 12},   {DType::kQ5_K, 13},    {DType::kQ6_K, 14},
+      {DType::kBF16, 30},  {DType::kQ4_1, 3},     {DType::kQ5_1, 7},    {DType::kIQ4_NL, 20},  {DType::kIQ4_XS, 23},
+      {DType::kMXFP4, 39}, {DType::kIQ2_XXS, 16}, {DType::kIQ2_XS, 17}, {DType::kIQ3_XXS, 18}, {DType::kIQ1_S, 19},
+      {DType::kIQ3_S, 21}, {DType::kIQ2_S, 22},   {DType::kIQ1_M, 29}};
   for (const auto& [dtype, id] : ids) {
     EXPECT_EQ(ggml_type_of(dtype), id) << dtype_name(dtype);
     EXPECT_EQ(dtype_of_ggml_type(id), dtype) << id;

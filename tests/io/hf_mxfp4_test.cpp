@@ -92,8 +92,8 @@ TEST_F(HfMxfp4Test, PresentsEachPairAsOneMxfp4Tensor) {
 TEST_F(HfMxfp4Test, PairsAcrossShards) {
   write("a.safetensors", {{"w_blocks", DType::kU8, {3, 2, 16}}, {"other", DType::kF32, {2}}});
   write("b.safetensors", {{"w_scales", DType::kU8, {3, 2}}});
-  const nlohmann::json index = {{"weight_map",
-                                 {{"w_blocks", "a.safetensors"}, {"other", "a.safetensors"}, {"w_scales", "b.safetensors"}}}};
+  const nlohmann::json index = {
+      {"weight_map", {{"w_blocks", "a.safetensors"}, {"other", "a.safetensors"}, {"w_scales", "b.safetensors"}}}};
   test::write_bytes(dir_ / "model.safetensors.index.json", index.dump());
   const TensorStore store = TensorStore::open(dir_);
   EXPECT_EQ(store.get("w").shape, (std::vector<int64_t>{3, 64}));

@@ -336,7 +336,6 @@ TEST_F(SafetensorsTest, OverwriteReplacesExistingFile) {
   EXPECT_EQ(file->tensors()[0].name, "v");
 }
 
-
 // Found by the safetensors fuzz target: a tensor with a zero dimension holds no bytes whatever its
 // other dimensions, and counting its elements must not overflow on them.
 TEST_F(SafetensorsTest, ZeroDimensionBesideHugeOnesCountsNoElements) {

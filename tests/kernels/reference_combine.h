@@ -12,14 +12,16 @@
 namespace chronos::test {
 
 inline std::vector<float> reference_combine(const std::vector<float>& y, int64_t n_embd, const int32_t* row,
-                                            const float* weight, const uint8_t* missing, int64_t k,
-                                            const float* shared, const float* gate_logit) {
+                                            const float* weight, const uint8_t* missing, int64_t k, const float* shared,
+                                            const float* gate_logit) {
   std::vector<float> out(size_t(n_embd), 0.0f);
   float total = 0.0f, missing_mass = 0.0f;
   for (int64_t j = 0; j < k; ++j) {
     total += weight[j];
-    if (missing[j]) missing_mass += weight[j];
-    else ops::axpy(out.data(), weight[j], y.data() + row[j] * n_embd, n_embd);
+    if (missing[j])
+      missing_mass += weight[j];
+    else
+      ops::axpy(out.data(), weight[j], y.data() + row[j] * n_embd, n_embd);
   }
   if (shared != nullptr) {
     const float gate = gate_logit != nullptr ? 1.0f / (1.0f + std::exp(-*gate_logit)) : 1.0f;

@@ -63,8 +63,10 @@ TEST(CudaDeviceMath, F32ToHalfMatchesHostAtEveryRoundingBoundary) {
       if (!std::isfinite(lo) || !std::isfinite(hi) || std::signbit(lo) != std::signbit(hi)) continue;
       const float mid = float((double(lo) + double(hi)) / 2);  // exact: a half needs at most 12 of f32's 24 bits
       for (const float v : {lo, hi, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 2 * mid)}) {
-        if (is_f16) ASSERT_EQ(dm::f32_to_f16(v), f32_to_f16(v)) << std::hex << bits_of(v);
-        else ASSERT_EQ(dm::f32_to_bf16(v), f32_to_bf16(v)) << std::hex << bits_of(v);
+        if (is_f16)
+          ASSERT_EQ(dm::f32_to_f16(v), f32_to_f16(v)) << std::hex << bits_of(v);
+        else
+          ASSERT_EQ(dm::f32_to_bf16(v), f32_to_bf16(v)) << std::hex << bits_of(v);
       }
     }
   }
@@ -89,8 +91,8 @@ TEST(CudaDeviceMath, WeightToF32ReadsEachDtype) {
 TEST(CudaDeviceMath, ClampIsStdClampNaNIncluded) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const float limit : {0.5f, 8.0f}) {
-    for (const float v : {-INFINITY, -9.0f, -8.0f, -0.5f, -0.25f, 0.0f, -0.0f, 0.25f, 0.5f, 7.99f, 8.0f, 1e30f,
-                          INFINITY}) {
+    for (const float v :
+         {-INFINITY, -9.0f, -8.0f, -0.5f, -0.25f, 0.0f, -0.0f, 0.25f, 0.5f, 7.99f, 8.0f, 1e30f, INFINITY}) {
       EXPECT_EQ(bits_of(dm::clamp_value(v, limit)), bits_of(std::clamp(v, -limit, limit))) << v << " " << limit;
     }
     EXPECT_TRUE(std::isnan(dm::clamp_value(nan, limit)));
@@ -129,7 +131,6 @@ TEST(CudaDeviceMath, SigmoidIsTheSharedGateFormula) {
 
 // ---- RoPE --------------------------------------------------------------------------------------------
 
-
 TEST(CudaDeviceMath, RopeByFlatIndexMatchesCpuRopeHead) {
   struct Shape {
     int64_t n_tokens, n_heads, head_dim, n_rot, row_stride, pos0;
@@ -144,7 +145,7 @@ TEST(CudaDeviceMath, RopeByFlatIndexMatchesCpuRopeHead) {
     for (int64_t t = 0; t < s.n_tokens; ++t)
       for (int64_t h = 0; h < s.n_heads; ++h)
         ops::rope_head(expected.data() + t * s.row_stride + h * s.head_dim, cos.data() + (s.pos0 + t) * half,
-                            sin.data() + (s.pos0 + t) * half, s.n_rot);
+                       sin.data() + (s.pos0 + t) * half, s.n_rot);
     // What the kernel does, one "thread" per flat index.
     auto actual = x0;
     std::vector<int> visits(size_t(s.n_tokens * s.n_heads * half), 0);
@@ -183,7 +184,6 @@ TEST(CudaDeviceMath, AttentionKeyRangeIsCausalAndWindowed) {
 }
 
 // ---- Router top-k ------------------------------------------------------------------------------------
-
 
 TEST(CudaDeviceMath, TopKMatchesCpuRouterWithTies) {
   ScalarIsa scalar;

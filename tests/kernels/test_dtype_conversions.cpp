@@ -59,8 +59,8 @@ TEST(DTypeConversion, F32ToF16KnownValues) {
   EXPECT_EQ(f32_to_f16(65520.0f), 0x7C00);  // the midpoint rounds to even: inf
   EXPECT_EQ(f32_to_f16(1e10f), 0x7C00);
   EXPECT_EQ(f32_to_f16(-INFINITY), 0xFC00);
-  EXPECT_EQ(f32_to_f16(2049.0f), 0x6800);  // tie between 2048 and 2050: even
-  EXPECT_EQ(f32_to_f16(2051.0f), 0x6802);  // tie between 2050 and 2052: even
+  EXPECT_EQ(f32_to_f16(2049.0f), 0x6800);                   // tie between 2048 and 2050: even
+  EXPECT_EQ(f32_to_f16(2051.0f), 0x6802);                   // tie between 2050 and 2052: even
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);     // tie with zero: even

@@ -18,7 +18,6 @@ using test::make_weights;
 
 const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-
 TEST(Matmul, MatchesReferenceForEveryIsaDtypeAndShape) {
   IsaGuard guard;
   ThreadPool pool(1);

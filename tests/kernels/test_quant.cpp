@@ -21,9 +21,9 @@ using test::IsaGuard;
 
 // The tests below hold the exact f32-activation path (test_quant_int8.cpp covers the int8 one).
 
-const DType kBlockTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ2_K,
-                             DType::kQ3_K, DType::kQ4_K, DType::kQ6_K, DType::kQ5_K,
-                             DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
+const DType kBlockTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ5_0, DType::kQ2_K, DType::kQ3_K,
+                             DType::kQ4_K,   DType::kQ6_K,   DType::kQ5_K, DType::kQ4_1, DType::kQ5_1,
+                             DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4};
 
 TEST(BlockDType, SizesAndNamesAreGguf) {
   struct Expected {
@@ -31,17 +31,26 @@ TEST(BlockDType, SizesAndNamesAreGguf) {
     const char* name;
     int64_t elements, bytes;
   };
-  const Expected expected[] = {{DType::kQ8_0, "Q8_0", 32, 34},   {DType::kQ4_0, "Q4_0", 32, 18},
-                               {DType::kQ5_0, "Q5_0", 32, 22},   {DType::kQ2_K, "Q2_K", 256, 84},
-                               {DType::kQ3_K, "Q3_K", 256, 110}, {DType::kQ4_K, "Q4_K", 256, 144},
-                               {DType::kQ6_K, "Q6_K", 256, 210}, {DType::kQ5_K, "Q5_K", 256, 176},
-                               {DType::kQ4_1, "Q4_1", 32, 20},   {DType::kQ5_1, "Q5_1", 32, 24},
-                               {DType::kIQ4_NL, "IQ4_NL", 32, 18}, {DType::kIQ4_XS, "IQ4_XS", 256, 136},
+  const Expected expected[] = {{DType::kQ8_0, "Q8_0", 32, 34},
+                               {DType::kQ4_0, "Q4_0", 32, 18},
+                               {DType::kQ5_0, "Q5_0", 32, 22},
+                               {DType::kQ2_K, "Q2_K", 256, 84},
+                               {DType::kQ3_K, "Q3_K", 256, 110},
+                               {DType::kQ4_K, "Q4_K", 256, 144},
+                               {DType::kQ6_K, "Q6_K", 256, 210},
+                               {DType::kQ5_K, "Q5_K", 256, 176},
+                               {DType::kQ4_1, "Q4_1", 32, 20},
+                               {DType::kQ5_1, "Q5_1", 32, 24},
+                               {DType::kIQ4_NL, "IQ4_NL", 32, 18},
+                               {DType::kIQ4_XS, "IQ4_XS", 256, 136},
                                {DType::kMXFP4, "MXFP4", 32, 17},
                                // The read-only IQ grid types (gguf's GGML_QUANT_SIZES).
-                               {DType::kIQ2_XXS, "IQ2_XXS", 256, 66}, {DType::kIQ2_XS, "IQ2_XS", 256, 74},
-                               {DType::kIQ2_S, "IQ2_S", 256, 82},     {DType::kIQ3_XXS, "IQ3_XXS", 256, 98},
-                               {DType::kIQ3_S, "IQ3_S", 256, 110},    {DType::kIQ1_S, "IQ1_S", 256, 50},
+                               {DType::kIQ2_XXS, "IQ2_XXS", 256, 66},
+                               {DType::kIQ2_XS, "IQ2_XS", 256, 74},
+                               {DType::kIQ2_S, "IQ2_S", 256, 82},
+                               {DType::kIQ3_XXS, "IQ3_XXS", 256, 98},
+                               {DType::kIQ3_S, "IQ3_S", 256, 110},
+                               {DType::kIQ1_S, "IQ1_S", 256, 50},
                                {DType::kIQ1_M, "IQ1_M", 256, 56}};
   for (const auto& e : expected) {
     EXPECT_TRUE(dtype_is_block(e.dtype)) << e.name;
@@ -103,11 +112,11 @@ std::vector<float> quantize_dequantize(DType dtype, const std::vector<float>& x)
 // MXFP4 0.073 / 0.041 / 0.080 / 0.072 / 0.12 on the fixtures' normal rows): a scale search that stopped
 // working or a level off by one shows up well above these.
 TEST(Quantize, ErrorIsWithinTheFormatsBound) {
-  const std::pair<DType, double> bounds[] = {{DType::kQ8_0, 0.008}, {DType::kQ4_0, 0.11}, {DType::kQ5_0, 0.055},
-                                             {DType::kQ2_K, 0.32},  {DType::kQ3_K, 0.18}, {DType::kQ4_K, 0.08},
-                                             {DType::kQ6_K, 0.022}, {DType::kQ5_K, 0.045}, {DType::kQ4_1, 0.09},
-                                             {DType::kQ5_1, 0.05}, {DType::kIQ4_NL, 0.095},
-                                             {DType::kIQ4_XS, 0.09}, {DType::kMXFP4, 0.15}};
+  const std::pair<DType, double> bounds[] = {{DType::kQ8_0, 0.008}, {DType::kQ4_0, 0.11},    {DType::kQ5_0, 0.055},
+                                             {DType::kQ2_K, 0.32},  {DType::kQ3_K, 0.18},    {DType::kQ4_K, 0.08},
+                                             {DType::kQ6_K, 0.022}, {DType::kQ5_K, 0.045},   {DType::kQ4_1, 0.09},
+                                             {DType::kQ5_1, 0.05},  {DType::kIQ4_NL, 0.095}, {DType::kIQ4_XS, 0.09},
+                                             {DType::kMXFP4, 0.15}};
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> x(4096);
@@ -156,7 +165,6 @@ TEST(Quantize, IsDeterministicAndRejectsNonFinite) {
     EXPECT_THROW(quantize_row(dtype, bad.data(), a.data(), 512), Error) << dtype_name(dtype);
   }
 }
-
 
 // y[t, r] against sum_c w[r, c] x[t, c] in double over the dequantized weights, within the f32
 // summation bound (n + 1) u sum |w x| (as test_matmul.cpp): every ISA computes the f32 product of
@@ -219,8 +227,8 @@ TEST(QuantMatmul, ShortRowsOf32BlockTypes) {
   IsaGuard guard;
   test::BlockModeGuard f32(ops::BlockActivationMode::kF32);
   ThreadPool pool(1);
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL,
-                      DType::kMXFP4}) {
+  for (DType dtype :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4}) {
     for (int64_t cols : {32, 96, 128, 160}) {
       const auto w = test::make_quant_weights(dtype, 19, cols, uint32_t(cols));
       for (Isa isa : available_isas()) {

@@ -28,8 +28,8 @@ using test::read_array;
 using test::read_bytes;
 using test::read_u32;
 
-const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k", "q3_k", "q4_k", "q6_k", "q5_k",
-                                     "q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"};
+const char* const kFixtureTypes[] = {"q8_0", "q4_0", "q5_0", "q2_k",   "q3_k",   "q4_k", "q6_k",
+                                     "q5_k", "q4_1", "q5_1", "iq4_nl", "iq4_xs", "mxfp4"};
 
 TEST(QuantFixtures, QuantizerReproducesTheStoredBytes) {
   for (const char* type : kFixtureTypes) {
@@ -127,7 +127,8 @@ TEST(QuantFixtures, IqGridTypesMatmulMatchesGgufDequantizedProduct) {
           test::expect_within_activation_rounding(y, x, stored, n_tokens, what + " 8-bit", &error2, &energy);
           if (isa == Isa::kScalar) scalar = y;
           for (size_t i = 0; i < y.size(); ++i)
-            ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(scalar[i])) << what << " 8-bit, element " << i;
+            ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(scalar[i]))
+                << what << " 8-bit, element " << i;
         }
         ASSERT_FALSE(::testing::Test::HasFatalFailure());
         for (int64_t t = 0; t < n_tokens; ++t) {

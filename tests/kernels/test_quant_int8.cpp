@@ -23,13 +23,12 @@ using ops::BlockActivationMode;
 using test::available_isas;
 using test::IsaGuard;
 
-const DType kBlockTypes[] = {DType::kQ8_0,   DType::kQ4_0,   DType::kQ5_0,   DType::kQ2_K,    DType::kQ3_K,
-                             DType::kQ4_K,   DType::kQ6_K,   DType::kQ5_K,   DType::kQ4_1,    DType::kQ5_1,
-                             DType::kIQ4_NL, DType::kIQ4_XS, DType::kMXFP4,  DType::kIQ2_XXS, DType::kIQ2_XS,
+const DType kBlockTypes[] = {DType::kQ8_0,   DType::kQ4_0,    DType::kQ5_0,  DType::kQ2_K,    DType::kQ3_K,
+                             DType::kQ4_K,   DType::kQ6_K,    DType::kQ5_K,  DType::kQ4_1,    DType::kQ5_1,
+                             DType::kIQ4_NL, DType::kIQ4_XS,  DType::kMXFP4, DType::kIQ2_XXS, DType::kIQ2_XS,
                              DType::kIQ2_S,  DType::kIQ3_XXS, DType::kIQ3_S, DType::kIQ1_S,   DType::kIQ1_M};
 
 // Sets a block-activation mode for one test and restores the previous one.
-
 
 // Activations with the awkward blocks: one all zero, one with a single large value, one tiny.
 std::vector<float> make_activations(int64_t n_tokens, int64_t cols, uint32_t seed) {

@@ -101,7 +101,8 @@ TEST(HfMxfp4, MixtralExpertsLoadAsGgufMxfp4Bytes) {
       const FfnWeights& w = experts[e];
       const FfnWeights& source = f32->weights().layers[il].experts[e];
       using Pair = std::pair<const WeightView*, const WeightView*>;
-      for (const auto& [got, from] : {Pair{&w.gate, &source.gate}, Pair{&w.up, &source.up}, Pair{&w.down, &source.down}}) {
+      for (const auto& [got, from] :
+           {Pair{&w.gate, &source.gate}, Pair{&w.up, &source.up}, Pair{&w.down, &source.down}}) {
         ASSERT_EQ(got->dtype, DType::kMXFP4);
         ASSERT_EQ(got->rows, from->rows);
         ASSERT_EQ(got->cols, from->cols);

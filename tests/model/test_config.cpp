@@ -17,8 +17,8 @@ using nlohmann::json;
 class ConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("chronos_cfg_" + std::to_string(::getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("chronos_cfg_" + std::to_string(::getpid()) +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -38,10 +38,20 @@ class ConfigTest : public ::testing::Test {
 };
 
 json qwen2_moe() {
-  return {{"model_type", "qwen2_moe"}, {"hidden_size", 64}, {"num_hidden_layers", 6}, {"num_attention_heads", 4},
-          {"num_key_value_heads", 2}, {"vocab_size", 100}, {"num_experts", 8}, {"num_experts_per_tok", 2},
-          {"moe_intermediate_size", 32}, {"shared_expert_intermediate_size", 48}, {"intermediate_size", 96},
-          {"decoder_sparse_step", 2}, {"mlp_only_layers", {3}}, {"rope_theta", 1000000.0}};
+  return {{"model_type", "qwen2_moe"},
+          {"hidden_size", 64},
+          {"num_hidden_layers", 6},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"vocab_size", 100},
+          {"num_experts", 8},
+          {"num_experts_per_tok", 2},
+          {"moe_intermediate_size", 32},
+          {"shared_expert_intermediate_size", 48},
+          {"intermediate_size", 96},
+          {"decoder_sparse_step", 2},
+          {"mlp_only_layers", {3}},
+          {"rope_theta", 1000000.0}};
 }
 
 TEST_F(ConfigTest, QwenDenseLayerRuleIsOneBased) {
@@ -60,11 +70,17 @@ TEST_F(ConfigTest, QwenDenseLayerRuleIsOneBased) {
 }
 
 TEST_F(ConfigTest, MixtralDefaults) {
-  const ModelConfig c = load({{"model_type", "mixtral"}, {"hidden_size", 64}, {"num_hidden_layers", 2},
-                              {"num_attention_heads", 4}, {"vocab_size", 100}, {"num_local_experts", 8},
-                              {"num_experts_per_tok", 2}, {"intermediate_size", 128}, {"sliding_window", nullptr}});
-  EXPECT_EQ(c.n_head_kv, 4);        // missing -> n_head
-  EXPECT_TRUE(c.norm_topk_prob);    // Mixtral always renormalizes
+  const ModelConfig c = load({{"model_type", "mixtral"},
+                              {"hidden_size", 64},
+                              {"num_hidden_layers", 2},
+                              {"num_attention_heads", 4},
+                              {"vocab_size", 100},
+                              {"num_local_experts", 8},
+                              {"num_experts_per_tok", 2},
+                              {"intermediate_size", 128},
+                              {"sliding_window", nullptr}});
+  EXPECT_EQ(c.n_head_kv, 4);      // missing -> n_head
+  EXPECT_TRUE(c.norm_topk_prob);  // Mixtral always renormalizes
   EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
   EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
   EXPECT_FALSE(c.sliding_window.has_value());
@@ -72,10 +88,12 @@ TEST_F(ConfigTest, MixtralDefaults) {
 }
 
 TEST_F(ConfigTest, Qwen3HeadDimAndRopeParameters) {
-  json j = {{"model_type", "qwen3_moe"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-            {"num_key_value_heads", 2}, {"head_dim", 32}, {"vocab_size", 100}, {"num_local_experts", 8},
-            {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}, {"norm_topk_prob", true},
-            {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
+  json j = {{"model_type", "qwen3_moe"}, {"hidden_size", 64},
+            {"num_hidden_layers", 2},    {"num_attention_heads", 4},
+            {"num_key_value_heads", 2},  {"head_dim", 32},
+            {"vocab_size", 100},         {"num_local_experts", 8},
+            {"num_experts_per_tok", 2},  {"moe_intermediate_size", 32},
+            {"norm_topk_prob", true},    {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}};
   const ModelConfig c = load(j);
   EXPECT_EQ(c.head_dim, 32);
   EXPECT_EQ(c.q_dim(), 128);  // != hidden_size

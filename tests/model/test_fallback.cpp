@@ -18,7 +18,8 @@ namespace fs = std::filesystem;
 // Serves bound experts, except those `hidden` (nullptr) or `zeroed` (all-zero weights).
 class TestProvider : public ExpertProvider {
  public:
-  TestProvider(const Model& model, std::function<bool(int64_t, int32_t)> hidden, std::function<bool(int64_t, int32_t)> zeroed)
+  TestProvider(const Model& model, std::function<bool(int64_t, int32_t)> hidden,
+               std::function<bool(int64_t, int32_t)> zeroed)
       : model_(model), hidden_(std::move(hidden)), zeroed_(std::move(zeroed)) {
     const ModelConfig& c = model.config();
     zero_gate_.assign(size_t(c.n_ff_expert * c.n_embd), 0.0f);
@@ -30,7 +31,7 @@ class TestProvider : public ExpertProvider {
   void acquire(int64_t layer, std::span<const int32_t> experts, std::span<const float>,
                std::span<const FfnWeights*> views) override {
     for (size_t i = 0; i < experts.size(); ++i) {
-      views[i] = hidden_(layer, experts[i]) ? nullptr
+      views[i] = hidden_(layer, experts[i])   ? nullptr
                  : zeroed_(layer, experts[i]) ? &zero_
                                               : &model_.weights().layers[size_t(layer)].experts[size_t(experts[i])];
       ++acquired;
@@ -49,9 +50,9 @@ class TestProvider : public ExpertProvider {
 };
 
 struct Capture {
-  std::vector<float> ffn_out;                // first MoE layer, [n_tokens, n_embd]
-  std::vector<std::vector<int32_t>> ids;     // per token
-  std::vector<std::vector<float>> weights;   // per token
+  std::vector<float> ffn_out;               // first MoE layer, [n_tokens, n_embd]
+  std::vector<std::vector<int32_t>> ids;    // per token
+  std::vector<std::vector<float>> weights;  // per token
   std::vector<float> logits;
   MoeCounters counters;
 };
@@ -89,14 +90,13 @@ Capture run(const Model& model, ExpertProvider* provider, const std::vector<int3
 
 const std::vector<int32_t> kTokens = {7, 19, 33, 4, 101, 250, 12, 9};
 
-std::unique_ptr<Model> load(const char* name) {
-  return Model::load(fs::path(CHRONOS_TEST_DATA_DIR) / "models" / name);
-}
+std::unique_ptr<Model> load(const char* name) { return Model::load(fs::path(CHRONOS_TEST_DATA_DIR) / "models" / name); }
 
 TEST(Fallback, ProviderServingEverythingIsExact) {
   auto model = load("mixtral-f32");
   const Capture bound = run(*model, nullptr, kTokens);
-  TestProvider all(*model, [](int64_t, int32_t) { return false; }, [](int64_t, int32_t) { return false; });
+  TestProvider all(
+      *model, [](int64_t, int32_t) { return false; }, [](int64_t, int32_t) { return false; });
   const Capture served = run(*model, &all, kTokens);
   EXPECT_EQ(served.logits, bound.logits);  // bit for bit
   EXPECT_GT(all.acquired, 0);
@@ -138,7 +138,8 @@ TEST(Fallback, WithoutSharedExpertRenormalizesOverAvailable) {
 TEST(Fallback, WithoutSharedExpertNothingAvailableGivesZero) {
   auto model = load("olmoe-f32");
   const int64_t layer = first_moe_layer(model->config());
-  TestProvider none(*model, [&](int64_t l, int32_t) { return l == layer; }, [](int64_t, int32_t) { return false; });
+  TestProvider none(
+      *model, [&](int64_t l, int32_t) { return l == layer; }, [](int64_t, int32_t) { return false; });
   const Capture h = run(*model, &none, kTokens);
   for (float v : h.ffn_out) ASSERT_EQ(v, 0.0f);
   EXPECT_EQ(h.counters.zero_output_tokens, int64_t(kTokens.size()));
@@ -161,7 +162,8 @@ TEST(Fallback, SharedExpertTakesTheMissingWeight) {
     for (float w : gated.weights[t]) total += w;
     ASSERT_GT(total, 0.0f);
     for (int64_t i = 0; i < d; ++i)
-      shared[t * size_t(d) + size_t(i)] = (replaced.ffn_out[t * size_t(d) + size_t(i)] - gated.ffn_out[t * size_t(d) + size_t(i)]) / total;
+      shared[t * size_t(d) + size_t(i)] =
+          (replaced.ffn_out[t * size_t(d) + size_t(i)] - gated.ffn_out[t * size_t(d) + size_t(i)]) / total;
   }
   EXPECT_EQ(replaced.counters.zero_output_tokens, 0);  // the shared expert always answers
 

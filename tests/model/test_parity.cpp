@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -103,17 +103,18 @@ TEST_P(ParityTest, GreedyTokensMatchTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest, ::testing::ValuesIn(fixture_names()),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace_if(name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest, ::testing::ValuesIn(fixture_names()), [](const auto& info) {
+  std::string name = info.param;
+  std::replace_if(
+      name.begin(), name.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+  return name;
+});
 
 TEST(ParityFixtures, AllFourArchitecturesPresent) {
   const auto names = fixture_names();
   for (const char* arch : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"}) {
-    EXPECT_TRUE(std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.find(arch) != std::string::npos; }))
+    EXPECT_TRUE(std::any_of(names.begin(), names.end(),
+                            [&](const std::string& n) { return n.find(arch) != std::string::npos; }))
         << "no fixture for " << arch;
   }
 }

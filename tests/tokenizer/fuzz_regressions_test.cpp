@@ -43,7 +43,7 @@ std::string streamed(const Tokenizer& tokenizer, const std::vector<int32_t>& ids
 // The JSON library's get<int>() of 4.3e84 is undefined behaviour (UBSan: "outside the range of
 // representable values"); 1.5 was silently truncated to 1. Every number is checked first.
 TEST(TokenizerFuzzRegressions, TokenIdsOutsideTheIntegerRangeAreRefused) {
-  const std::vector<std::string> bad_ids = {"4.3e84", "-4.3e84", "1.5", "-1", "18446744073709551615",
+  const std::vector<std::string> bad_ids = {"4.3e84",     "-4.3e84",   "1.5", "-1", "18446744073709551615",
                                             "4294967296", "2147483648"};
   for (const auto& bad : bad_ids) {
     SCOPED_TRACE(bad);
@@ -144,7 +144,9 @@ TEST(TokenizerFuzzRegressions, InvisibleIdInsideAByteRunStreamsLikeTheFullDecode
     }
   }
   // What HF gives: the invalid run 61 E2 is two U+FFFD, not "a" and one U+FFFD.
-  EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{a, outside, e2, b}), "\xEF\xBF\xBD\xEF\xBF\xBD" "b");
+  EXPECT_EQ(tokenizer.decode(std::vector<int32_t>{a, outside, e2, b}),
+            "\xEF\xBF\xBD\xEF\xBF\xBD"
+            "b");
 }
 
 // The same on the Mistral fixture, whose byte tokens are real SentencePiece byte fallback.
@@ -172,11 +174,11 @@ TEST(TokenizerFuzzRegressions, StripAfterFuseStreamsLikeTheFullDecode) {
       {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 2, "stop": 1}]}})");
   const int32_t space = 0, x = 1, e2 = 2, x82 = 3, xac = 4;
   const std::vector<std::vector<int32_t>> sequences = {
-      {space, space, x},      // "  x": both leading spaces go
+      {space, space, x},  // "  x": both leading spaces go
       {space, space, space, x, space},
-      {x, space},             // "x ": the trailing space goes
-      {x, space, space},      // "x  ": one of them
-      {x, space, x},          // a space in the middle stays
+      {x, space},         // "x ": the trailing space goes
+      {x, space, space},  // "x  ": one of them
+      {x, space, x},      // a space in the middle stays
       {space, e2, x82, xac, space},
       {space},
       {x, space, space, e2},  // the end is U+FFFD, the spaces before it stay

@@ -24,8 +24,7 @@ TEST_P(HfReference, EncodeMatchesIdsExactly) {
   for (const auto& c : cases_["cases"]) {
     const auto text = c["text"].get<std::string>();
     EXPECT_EQ(tokenizer_->encode(text, true), c["ids"].get<std::vector<int32_t>>()) << shown(text);
-    EXPECT_EQ(tokenizer_->encode(text, false), c["ids_no_special"].get<std::vector<int32_t>>())
-        << shown(text);
+    EXPECT_EQ(tokenizer_->encode(text, false), c["ids_no_special"].get<std::vector<int32_t>>()) << shown(text);
   }
 }
 
@@ -33,11 +32,9 @@ TEST_P(HfReference, DecodeMatchesHf) {
   for (const auto& c : cases_["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tokenizer_->decode(ids, false), c["decoded"].get<std::string>()) << shown(c["text"]);
-    EXPECT_EQ(tokenizer_->decode(ids, true), c["decoded_skip_special"].get<std::string>())
-        << shown(c["text"]);
+    EXPECT_EQ(tokenizer_->decode(ids, true), c["decoded_skip_special"].get<std::string>()) << shown(c["text"]);
     const auto raw = c["ids_no_special"].get<std::vector<int32_t>>();
-    EXPECT_EQ(tokenizer_->decode(raw, false), c["decoded_no_special"].get<std::string>())
-        << shown(c["text"]);
+    EXPECT_EQ(tokenizer_->decode(raw, false), c["decoded_no_special"].get<std::string>()) << shown(c["text"]);
   }
 }
 

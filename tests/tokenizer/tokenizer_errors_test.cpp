@@ -38,9 +38,7 @@ class TempDir {
     std::filesystem::create_directories(path_);
   }
   ~TempDir() { std::filesystem::remove_all(path_); }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-  }
+  void write(const std::string& name, const std::string& text) const { std::ofstream(path_ / name) << text; }
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -54,8 +52,7 @@ TEST(TokenizerErrors, InvalidUtf8NamesTheOffset) {
   // Overlong encoding and a UTF-16 surrogate are invalid too.
   EXPECT_EQ(error_of([&] { qwen.encode("x\xC0\xAF", true); }), "prompt is not valid UTF-8 (byte offset 1)");
   EXPECT_EQ(error_of([&] { qwen.encode("xy\xED\xA0\x80", true); }), "prompt is not valid UTF-8 (byte offset 2)");
-  EXPECT_EQ(error_of([&] { qwen.encode("truncated \xE6\x97", true); }),
-            "prompt is not valid UTF-8 (byte offset 10)");
+  EXPECT_EQ(error_of([&] { qwen.encode("truncated \xE6\x97", true); }), "prompt is not valid UTF-8 (byte offset 10)");
 }
 
 TEST(TokenizerErrors, MissingTokenizerJsonNamesTheFile) {
@@ -120,7 +117,8 @@ TEST(Tokenizer, TinyBpeMergesByRank) {
   EXPECT_THROW(tok.id_to_token(-1), Error);
   // Merges given as ["a", "b"] pairs behave the same.
   auto pairs = tiny_tokenizer();
-  pairs["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b"}), nlohmann::json::array({"ab", "c"})});
+  pairs["model"]["merges"] =
+      nlohmann::json::array({nlohmann::json::array({"a", "b"}), nlohmann::json::array({"ab", "c"})});
   EXPECT_EQ(Tokenizer::from_json(pairs.dump()).encode("abcab"), (std::vector<int32_t>{4, 3}));
 }
 

@@ -64,9 +64,7 @@ class CudaStream final : public Stream {
     if (status != cudaSuccess) delete heap;
     CHRONOS_CUDA_CHECK(status);
   }
-  void record(Event& event) override {
-    CHRONOS_CUDA_CHECK(cudaEventRecord(cuda_event_of(event), stream_));
-  }
+  void record(Event& event) override { CHRONOS_CUDA_CHECK(cudaEventRecord(cuda_event_of(event), stream_)); }
   void wait_event(const Event& event) override {
     CHRONOS_CUDA_CHECK(cudaStreamWaitEvent(stream_, cuda_event_of(event), 0));
   }
@@ -111,9 +109,10 @@ class CudaBackendImpl final : public CudaBackend {
       cudaGetLastError();  // clear it
       size_t free_bytes = 0, total_bytes = 0;
       cudaMemGetInfo(&free_bytes, &total_bytes);
-      throw_error("CUDA: out of device memory allocating {:.1f} MiB ({:.1f} of {:.1f} MiB free): lower --expert-cache "
-                  "or --ctx-size, or stream the experts from a pack folder (chronos pack)",
-                  double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20));
+      throw_error(
+          "CUDA: out of device memory allocating {:.1f} MiB ({:.1f} of {:.1f} MiB free): lower --expert-cache "
+          "or --ctx-size, or stream the experts from a pack folder (chronos pack)",
+          double(bytes) / (1 << 20), double(free_bytes) / (1 << 20), double(total_bytes) / (1 << 20));
     }
     CHRONOS_CUDA_CHECK(status);
     return Buffer{data, bytes};

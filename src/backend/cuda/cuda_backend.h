@@ -13,7 +13,6 @@
 
 namespace chronos {
 
-
 struct CudaDeviceInfo {
   int ordinal = 0;
   std::string name;

@@ -13,11 +13,31 @@ namespace chronos {
 
 // What a checkpoint tensor is for. The loader binds each role to a field of the weights.
 enum class TensorRole {
-  kTokenEmbd, kOutputNorm, kOutput,
-  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnO, kAttnQBias, kAttnKBias, kAttnVBias, kAttnQNorm, kAttnKNorm,
-  kFfnNorm, kRouter, kExpertGate, kExpertUp, kExpertDown,
-  kSharedGate, kSharedUp, kSharedDown, kSharedExpertGate,
-  kDenseGate, kDenseUp, kDenseDown,
+  kTokenEmbd,
+  kOutputNorm,
+  kOutput,
+  kAttnNorm,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnO,
+  kAttnQBias,
+  kAttnKBias,
+  kAttnVBias,
+  kAttnQNorm,
+  kAttnKNorm,
+  kFfnNorm,
+  kRouter,
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kSharedExpertGate,
+  kDenseGate,
+  kDenseUp,
+  kDenseDown,
 };
 
 struct TensorSpec {
@@ -53,9 +73,8 @@ void add_global_tensors(const ModelConfig& cfg, std::vector<TensorSpec>& out);
 void add_attention_tensors(const ModelConfig& cfg, int64_t layer, std::vector<TensorSpec>& out);
 // Per-expert gate/up/down with the given name pattern, e.g.
 // "model.layers.{layer}.mlp.experts.{expert}.{proj}.weight" with proj names gate/up/down.
-void add_expert_tensors(const ModelConfig& cfg, int64_t layer, const std::string& prefix,
-                        const char* gate, const char* up, const char* down,
-                        std::vector<TensorSpec>& out);
+void add_expert_tensors(const ModelConfig& cfg, int64_t layer, const std::string& prefix, const char* gate,
+                        const char* up, const char* down, std::vector<TensorSpec>& out);
 void add_dense_mlp_tensors(const ModelConfig& cfg, int64_t layer, std::vector<TensorSpec>& out);
 
 // JSON accessors that name the key in their errors ("config.json: key 'x': ...").

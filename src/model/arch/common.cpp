@@ -9,8 +9,8 @@
 namespace chronos {
 
 std::span<const ArchSpec* const> all_archs() {
-  static const std::array<const ArchSpec*, 4> archs = {&arch_mixtral(), &arch_qwen2_moe(),
-                                                       &arch_qwen3_moe(), &arch_olmoe()};
+  static const std::array<const ArchSpec*, 4> archs = {&arch_mixtral(), &arch_qwen2_moe(), &arch_qwen3_moe(),
+                                                       &arch_olmoe()};
   return archs;
 }
 
@@ -30,8 +30,7 @@ const ArchSpec& arch_spec(Arch arch) {
 void add_global_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
   out.push_back({TensorRole::kTokenEmbd, -1, -1, "model.embed_tokens.weight", {c.n_vocab, c.n_embd}});
   out.push_back({TensorRole::kOutputNorm, -1, -1, "model.norm.weight", {c.n_embd}});
-  if (!c.tie_word_embeddings)
-    out.push_back({TensorRole::kOutput, -1, -1, "lm_head.weight", {c.n_vocab, c.n_embd}});
+  if (!c.tie_word_embeddings) out.push_back({TensorRole::kOutput, -1, -1, "lm_head.weight", {c.n_vocab, c.n_embd}});
 }
 
 void add_attention_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
@@ -56,8 +55,8 @@ void add_attention_tensors(const ModelConfig& c, int64_t il, std::vector<TensorS
   }
 }
 
-void add_expert_tensors(const ModelConfig& c, int64_t il, const std::string& prefix, const char* gate,
-                        const char* up, const char* down, std::vector<TensorSpec>& out) {
+void add_expert_tensors(const ModelConfig& c, int64_t il, const std::string& prefix, const char* gate, const char* up,
+                        const char* down, std::vector<TensorSpec>& out) {
   for (int64_t e = 0; e < c.n_expert; ++e) {
     const std::string p = fmt::format("model.layers.{}.{}.{}.", il, prefix, e);
     out.push_back({TensorRole::kExpertGate, il, e, p + gate + ".weight", {c.n_ff_expert, c.n_embd}});

@@ -23,7 +23,10 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   add_global_tensors(c, out);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     add_attention_tensors(c, il, out);
-    out.push_back({TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.block_sparse_moe.gate.weight", il),
+    out.push_back({TensorRole::kRouter,
+                   il,
+                   -1,
+                   fmt::format("model.layers.{}.block_sparse_moe.gate.weight", il),
                    {c.n_expert, c.n_embd}});
     add_expert_tensors(c, il, "block_sparse_moe.experts", "w1", "w3", "w2", out);
   }

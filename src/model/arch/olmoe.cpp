@@ -27,8 +27,8 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   add_global_tensors(c, out);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     add_attention_tensors(c, il, out);
-    out.push_back({TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il),
-                   {c.n_expert, c.n_embd}});
+    out.push_back(
+        {TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il), {c.n_expert, c.n_embd}});
     add_expert_tensors(c, il, "mlp.experts", "gate_proj", "up_proj", "down_proj", out);
   }
   return out;

@@ -23,8 +23,7 @@ inline void read_layer_kinds(const nlohmann::json& j, ModelConfig& c) {
     const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
     c.layer_is_moe[size_t(i)] = !listed && c.n_expert > 0 && (i + 1) % step == 0;
   }
-  if (json_bool_or(j, "use_sliding_window", false))
-    throw_error("use_sliding_window: true is not supported");
+  if (json_bool_or(j, "use_sliding_window", false)) throw_error("use_sliding_window: true is not supported");
 }
 
 // transformers 5 writes num_local_experts for Qwen3-MoE (an attribute alias of num_experts).
@@ -33,8 +32,8 @@ inline int64_t read_expert_count(const nlohmann::json& j) {
 }
 
 inline void add_moe_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
-  out.push_back({TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il),
-                 {c.n_expert, c.n_embd}});
+  out.push_back(
+      {TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il), {c.n_expert, c.n_embd}});
   add_expert_tensors(c, il, "mlp.experts", "gate_proj", "up_proj", "down_proj", out);
 }
 

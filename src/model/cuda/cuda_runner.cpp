@@ -60,8 +60,12 @@ struct DeviceLayer {
 class CudaRunner final : public ModelRunner {
  public:
   CudaRunner(const Model& model, Backend& backend, int64_t n_ctx, int64_t batch, ForwardHooks hooks)
-      : model_(model), cfg_(model.config()), backend_(dynamic_cast<CudaBackend&>(backend)), hooks_(std::move(hooks)),
-        n_ctx_(n_ctx), batch_(batch) {
+      : model_(model),
+        cfg_(model.config()),
+        backend_(dynamic_cast<CudaBackend&>(backend)),
+        hooks_(std::move(hooks)),
+        n_ctx_(n_ctx),
+        batch_(batch) {
     CHRONOS_CHECK(n_ctx > 0 && batch > 0);
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");
@@ -76,10 +80,11 @@ class CudaRunner final : public ModelRunner {
     allocate_workspace();
     if (hooks_.experts != nullptr) hooks_.experts->set_compute_stream(compute_.get());
     const CudaDeviceInfo info = backend_.info();
-    spdlog::info("{}: dense weights {:.1f} MiB, experts {:.1f} MiB, KV cache {:.1f} MiB, workspace {:.1f} MiB in "
-                 "VRAM; {:.1f} GiB left free",
-                 device(), mib(memory_.dense_weight_bytes), mib(memory_.expert_weight_bytes),
-                 mib(memory_.kv_cache_bytes), mib(memory_.workspace_bytes), double(info.free_bytes) / (1 << 30));
+    spdlog::info(
+        "{}: dense weights {:.1f} MiB, experts {:.1f} MiB, KV cache {:.1f} MiB, workspace {:.1f} MiB in "
+        "VRAM; {:.1f} GiB left free",
+        device(), mib(memory_.dense_weight_bytes), mib(memory_.expert_weight_bytes), mib(memory_.kv_cache_bytes),
+        mib(memory_.workspace_bytes), double(info.free_bytes) / (1 << 30));
   }
 
   ~CudaRunner() override {
@@ -318,8 +323,10 @@ class CudaRunner final : public ModelRunner {
   }
 
   void project(float* y, const float* x, const WeightView& w, int64_t n) {
-    if (n <= kMatvecMaxTokens) cuda::matvec(y, x, w, n, stream_);
-    else blas_->gemm(y, x, w, n, converted_, weight_tile_, weight_tile_floats_, stream_);
+    if (n <= kMatvecMaxTokens)
+      cuda::matvec(y, x, w, n, stream_);
+    else
+      blas_->gemm(y, x, w, n, converted_, weight_tile_, weight_tile_floats_, stream_);
   }
 
   void forward_chunk(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) {
@@ -339,8 +346,10 @@ class CudaRunner final : public ModelRunner {
       trace("attn_out", il, ffn_out_, n * d);
       cuda::add(x_, ffn_out_, n * d, stream_);
       cuda::rmsnorm(xn_, x_, l.ffn_norm, n, d, d, c.rms_norm_eps, stream_);
-      if (c.layer_is_moe[size_t(il)]) moe(il, n);
-      else ffn(l.dense, n, xn_, ffn_out_);
+      if (c.layer_is_moe[size_t(il)])
+        moe(il, n);
+      else
+        ffn(l.dense, n, xn_, ffn_out_);
       trace("ffn_out", il, ffn_out_, n * d);
       cuda::add(x_, ffn_out_, n * d, stream_);
       trace("layer_out", il, x_, n * d);
@@ -440,38 +449,39 @@ class CudaRunner final : public ModelRunner {
     // host_tasks_/tasks_, so a task list is not overwritten before its upload has run; acquire
     // queued the compute stream's waits on the slots' copies, release records after the kernels.
     size_t task_base = 0;
-    plan_.waves(il, hooks_.experts, l.experts, [&](std::span<const int32_t> ids, std::span<const FfnWeights* const> views) {
-      // One launch pair per weight-type pair: experts may mix types (a K type's 32-weight fallback on
-      // short rows; a GGUF file's Q4_K_M with Q6_K down projections in some layers).
-      typed_tasks_.clear();
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (views[i] == nullptr) continue;
-        const FfnWeights& w = *views[i];
-        if (w.gate.dtype != w.up.dtype)
-          throw_error("layer {} expert {}: gate is {} and up is {}; the CUDA expert kernels take one type for both", il,
-                      ids[i], dtype_name(w.gate.dtype), dtype_name(w.up.dtype));
-        typed_tasks_.push_back({w.gate.dtype, w.down.dtype,
-                                cuda::ExpertTask{w.gate.data, w.up.data, w.down.data, plan_.row_begin(ids[i]),
-                                                 plan_.row_end(ids[i])}});
-      }
-      std::stable_sort(typed_tasks_.begin(), typed_tasks_.end(), [](const TypedTask& a, const TypedTask& b) {
-        return std::pair(int(a.gate), int(a.down)) < std::pair(int(b.gate), int(b.down));
-      });
-      for (size_t i = 0; i < typed_tasks_.size(); ++i) host_tasks_[task_base + i] = typed_tasks_[i].task;
-      for (size_t begin = 0; begin < typed_tasks_.size();) {
-        size_t end = begin + 1;
-        while (end < typed_tasks_.size() && typed_tasks_[end].gate == typed_tasks_[begin].gate &&
-               typed_tasks_[end].down == typed_tasks_[begin].down)
-          ++end;
-        const int32_t n_tasks = int32_t(end - begin);
-        cuda::ExpertTask* tasks = tasks_ + task_base + begin;
-        to_device(tasks, host_tasks_ + task_base + begin, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
-        cuda::moe_gate_up(ff_gate_, ff_in_, tasks, n_tasks, typed_tasks_[begin].gate, d, n_ff, stream_);
-        cuda::moe_down(ff_down_, ff_gate_, tasks, n_tasks, typed_tasks_[begin].down, d, n_ff, stream_);
-        begin = end;
-      }
-      task_base += ids.size();
-    });
+    plan_.waves(
+        il, hooks_.experts, l.experts, [&](std::span<const int32_t> ids, std::span<const FfnWeights* const> views) {
+          // One launch pair per weight-type pair: experts may mix types (a K type's 32-weight fallback on
+          // short rows; a GGUF file's Q4_K_M with Q6_K down projections in some layers).
+          typed_tasks_.clear();
+          for (size_t i = 0; i < ids.size(); ++i) {
+            if (views[i] == nullptr) continue;
+            const FfnWeights& w = *views[i];
+            if (w.gate.dtype != w.up.dtype)
+              throw_error("layer {} expert {}: gate is {} and up is {}; the CUDA expert kernels take one type for both",
+                          il, ids[i], dtype_name(w.gate.dtype), dtype_name(w.up.dtype));
+            typed_tasks_.push_back({w.gate.dtype, w.down.dtype,
+                                    cuda::ExpertTask{w.gate.data, w.up.data, w.down.data, plan_.row_begin(ids[i]),
+                                                     plan_.row_end(ids[i])}});
+          }
+          std::stable_sort(typed_tasks_.begin(), typed_tasks_.end(), [](const TypedTask& a, const TypedTask& b) {
+            return std::pair(int(a.gate), int(a.down)) < std::pair(int(b.gate), int(b.down));
+          });
+          for (size_t i = 0; i < typed_tasks_.size(); ++i) host_tasks_[task_base + i] = typed_tasks_[i].task;
+          for (size_t begin = 0; begin < typed_tasks_.size();) {
+            size_t end = begin + 1;
+            while (end < typed_tasks_.size() && typed_tasks_[end].gate == typed_tasks_[begin].gate &&
+                   typed_tasks_[end].down == typed_tasks_[begin].down)
+              ++end;
+            const int32_t n_tasks = int32_t(end - begin);
+            cuda::ExpertTask* tasks = tasks_ + task_base + begin;
+            to_device(tasks, host_tasks_ + task_base + begin, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
+            cuda::moe_gate_up(ff_gate_, ff_in_, tasks, n_tasks, typed_tasks_[begin].gate, d, n_ff, stream_);
+            cuda::moe_down(ff_down_, ff_gate_, tasks, n_tasks, typed_tasks_[begin].down, d, n_ff, stream_);
+            begin = end;
+          }
+          task_base += ids.size();
+        });
 
     // Combine: the weighted sum with the soft-gated fallback; a missing expert's rows are never read.
     plan_.account(l.has_shared, counters_);
@@ -498,7 +508,7 @@ class CudaRunner final : public ModelRunner {
   std::unique_ptr<Stream> compute_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Event> host_ready_;  // host fence on the compute stream
-  std::unique_ptr<cuda::Blas> blas_;  // created once the device is current
+  std::unique_ptr<cuda::Blas> blas_;   // created once the device is current
   RunnerMemory memory_;
   MoeCounters counters_;
   std::vector<Buffer> device_buffers_;

@@ -229,38 +229,17 @@ class Lexer {
       const char e = rest[i + 1];
       i += 2;
       switch (e) {
-        case '\n':
-          break;
-        case '\\':
-          value += '\\';
-          break;
-        case '\'':
-          value += '\'';
-          break;
-        case '"':
-          value += '"';
-          break;
-        case 'a':
-          value += '\a';
-          break;
-        case 'b':
-          value += '\b';
-          break;
-        case 'f':
-          value += '\f';
-          break;
-        case 'n':
-          value += '\n';
-          break;
-        case 'r':
-          value += '\r';
-          break;
-        case 't':
-          value += '\t';
-          break;
-        case 'v':
-          value += '\v';
-          break;
+        case '\n': break;
+        case '\\': value += '\\'; break;
+        case '\'': value += '\''; break;
+        case '"': value += '"'; break;
+        case 'a': value += '\a'; break;
+        case 'b': value += '\b'; break;
+        case 'f': value += '\f'; break;
+        case 'n': value += '\n'; break;
+        case 'r': value += '\r'; break;
+        case 't': value += '\t'; break;
+        case 'v': value += '\v'; break;
         case 'x':
         case 'u':
         case 'U': {

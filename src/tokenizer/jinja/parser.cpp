@@ -59,18 +59,12 @@ class Parser {
 
   std::string describe(const Token& token) const {
     switch (token.kind) {
-      case Token::Kind::kEnd:
-        return "the end of the template";
-      case Token::Kind::kBlockEnd:
-        return "'%}'";
-      case Token::Kind::kVariableEnd:
-        return "'}}'";
-      case Token::Kind::kText:
-        return "text";
-      case Token::Kind::kString:
-        return "a string";
-      default:
-        return "'" + token.text + "'";
+      case Token::Kind::kEnd: return "the end of the template";
+      case Token::Kind::kBlockEnd: return "'%}'";
+      case Token::Kind::kVariableEnd: return "'}}'";
+      case Token::Kind::kText: return "text";
+      case Token::Kind::kString: return "a string";
+      default: return "'" + token.text + "'";
     }
   }
 
@@ -153,8 +147,7 @@ class Parser {
         case Token::Kind::kEnd:
           if (terminators.size() == 0) return body;
           error(token.line, fmt::format("unexpected end of the template: '{}' is not closed", opener));
-        default:
-          error(token.line, fmt::format("unexpected {}", describe(token)));
+        default: error(token.line, fmt::format("unexpected {}", describe(token)));
       }
     }
   }
@@ -559,8 +552,7 @@ class Parser {
         if (token.text == "[") return parse_list();
         if (token.text == "{") return parse_dict();
         [[fallthrough]];
-      default:
-        error(token.line, fmt::format("unexpected {} in an expression", describe(token)));
+      default: error(token.line, fmt::format("unexpected {} in an expression", describe(token)));
     }
   }
 

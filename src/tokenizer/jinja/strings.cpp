@@ -234,19 +234,11 @@ std::string percent_format(const std::string& format, const Array& values, SizeL
     const Value& value = values[next_value++];
     std::string text;
     switch (conversion) {
-      case 's':
-        text = to_str(value);
-        break;
-      case 'r':
-        text = to_repr(value);
-        break;
+      case 's': text = to_str(value); break;
+      case 'r': text = to_repr(value); break;
       case 'd':
-      case 'i':
-        text = std::to_string(value.is_float() ? int64_t(value.as_double()) : value.as_int());
-        break;
-      case 'x':
-        text = fmt::format("{:x}", value.as_int());
-        break;
+      case 'i': text = std::to_string(value.is_float() ? int64_t(value.as_double()) : value.as_int()); break;
+      case 'x': text = fmt::format("{:x}", value.as_int()); break;
       case 'f': {
         int precision = 6;
         if (const size_t dot = spec.find('.'); dot != std::string::npos) precision = std::atoi(spec.c_str() + dot + 1);
@@ -254,8 +246,7 @@ std::string percent_format(const std::string& format, const Array& values, SizeL
         spec = spec.substr(0, spec.find('.'));
         break;
       }
-      default:
-        fail(fmt::format("unsupported format character '{}'", conversion));
+      default: fail(fmt::format("unsupported format character '{}'", conversion));
     }
     const bool left_align = !spec.empty() && spec[0] == '-';
     const int width = std::atoi(spec.c_str() + (left_align ? 1 : 0));
@@ -311,23 +302,12 @@ std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
     }
   }
   return out;

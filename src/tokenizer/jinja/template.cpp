@@ -121,32 +121,22 @@ class Evaluator {
   Flow exec(const Stmt& stmt, std::string& out) {
     step(stmt.line);
     switch (stmt.kind) {
-      case Stmt::Kind::kText:
-        emit(out, stmt.text);
-        return Flow::kNormal;
-      case Stmt::Kind::kOutput:
-        emit(out, to_str(eval(*stmt.expr)));
-        return Flow::kNormal;
+      case Stmt::Kind::kText: emit(out, stmt.text); return Flow::kNormal;
+      case Stmt::Kind::kOutput: emit(out, to_str(eval(*stmt.expr))); return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (const auto& [condition, body] : stmt.branches) {
           if (condition == nullptr || truthy(eval(*condition))) return exec_body(body, out);
         }
         return Flow::kNormal;
-      case Stmt::Kind::kFor:
-        exec_for(stmt, eval(*stmt.expr), out, 0);
-        return Flow::kNormal;
-      case Stmt::Kind::kSet:
-        exec_set(stmt);
-        return Flow::kNormal;
+      case Stmt::Kind::kFor: exec_for(stmt, eval(*stmt.expr), out, 0); return Flow::kNormal;
+      case Stmt::Kind::kSet: exec_set(stmt); return Flow::kNormal;
       case Stmt::Kind::kSetBlock: {
         std::string text;
         exec_body(stmt.body, text);
         define(stmt.targets[0], std::move(text));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kMacro:
-        define(stmt.name, make_macro(stmt, stmt.name));
-        return Flow::kNormal;
+      case Stmt::Kind::kMacro: define(stmt.name, make_macro(stmt, stmt.name)); return Flow::kNormal;
       case Stmt::Kind::kCallBlock: {
         const int call_site = current_;
         const Value caller = make_function("caller", [this, &stmt, call_site](const CallArgs& args) {
@@ -171,12 +161,9 @@ class Evaluator {
         emit(out, to_str(result));
         return Flow::kNormal;
       }
-      case Stmt::Kind::kBreak:
-        return Flow::kBreak;
-      case Stmt::Kind::kContinue:
-        return Flow::kContinue;
-      case Stmt::Kind::kScope:
-        return exec_body(stmt.body, out);
+      case Stmt::Kind::kBreak: return Flow::kBreak;
+      case Stmt::Kind::kContinue: return Flow::kContinue;
+      case Stmt::Kind::kScope: return exec_body(stmt.body, out);
     }
     return Flow::kNormal;
   }
@@ -354,12 +341,9 @@ class Evaluator {
   Value eval(const Expr& expr) {
     step(expr.line);
     switch (expr.kind) {
-      case Expr::Kind::kLiteral:
-        return expr.literal;
-      case Expr::Kind::kName:
-        return lookup(expr.name);
-      case Expr::Kind::kAttr:
-        return get_attribute(eval(*expr.operands[0]), expr.name);
+      case Expr::Kind::kLiteral: return expr.literal;
+      case Expr::Kind::kName: return lookup(expr.name);
+      case Expr::Kind::kAttr: return get_attribute(eval(*expr.operands[0]), expr.name);
       case Expr::Kind::kItem: {
         const Value object = eval(*expr.operands[0]);
         return get_item(object, eval(*expr.operands[1]));
@@ -372,8 +356,7 @@ class Evaluator {
         }
         return get_slice(object, bounds[0], bounds[1], bounds[2]);
       }
-      case Expr::Kind::kCall:
-        return eval_call(expr);
+      case Expr::Kind::kCall: return eval_call(expr);
       case Expr::Kind::kFilter: {
         const Value input = eval(*expr.operands[0]);
         const CallArgs args = eval_arguments(expr);
@@ -406,8 +389,7 @@ class Evaluator {
         Value left = eval(*expr.operands[0]);
         return truthy(left) ? left : eval(*expr.operands[1]);
       }
-      case Expr::Kind::kNot:
-        return !truthy(eval(*expr.operands[0]));
+      case Expr::Kind::kNot: return !truthy(eval(*expr.operands[0]));
       case Expr::Kind::kCondition:
         if (truthy(eval(*expr.operands[1]))) return eval(*expr.operands[0]);
         return expr.operands[2] != nullptr ? eval(*expr.operands[2])

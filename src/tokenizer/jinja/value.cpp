@@ -80,46 +80,29 @@ FunctionPtr make_function(std::string name, std::function<Value(const CallArgs&)
 
 const char* type_name(const Value& value) {
   switch (value.data.index()) {
-    case 0:
-      return "undefined";
-    case 1:
-      return "NoneType";
-    case 2:
-      return "bool";
-    case 3:
-      return "int";
-    case 4:
-      return "float";
-    case 5:
-      return "str";
-    case 6:
-      return "list";
-    case 7:
-      return value.object().is_namespace ? "Namespace" : "dict";
-    default:
-      return "function";
+    case 0: return "undefined";
+    case 1: return "NoneType";
+    case 2: return "bool";
+    case 3: return "int";
+    case 4: return "float";
+    case 5: return "str";
+    case 6: return "list";
+    case 7: return value.object().is_namespace ? "Namespace" : "dict";
+    default: return "function";
   }
 }
 
 bool truthy(const Value& value) {
   switch (value.data.index()) {
     case 0:
-    case 1:
-      return false;
-    case 2:
-      return std::get<bool>(value.data);
-    case 3:
-      return std::get<int64_t>(value.data) != 0;
-    case 4:
-      return std::get<double>(value.data) != 0.0;
-    case 5:
-      return !value.str().empty();
-    case 6:
-      return !value.array().empty();
-    case 7:
-      return value.object().is_namespace || !value.object().items.empty();
-    default:
-      return true;
+    case 1: return false;
+    case 2: return std::get<bool>(value.data);
+    case 3: return std::get<int64_t>(value.data) != 0;
+    case 4: return std::get<double>(value.data) != 0.0;
+    case 5: return !value.str().empty();
+    case 6: return !value.array().empty();
+    case 7: return value.object().is_namespace || !value.object().items.empty();
+    default: return true;
   }
 }
 
@@ -219,10 +202,8 @@ bool printable(char32_t c) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS:
-      return false;
-    default:
-      return true;
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
   }
 }
 
@@ -258,27 +239,13 @@ void json_string(std::string& out, const std::string& text) {
   out += '"';
   for (unsigned char c : text) {
     switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
       default:
         if (c < 0x20) {
           out += fmt::format("\\u{:04x}", unsigned(c));
@@ -300,25 +267,16 @@ void json_value(std::string& out, const Value& value, const JsonStyle& style, in
     out.append(size_t(style.indent) * size_t(level), ' ');
   };
   switch (value.data.index()) {
-    case 0:
-      fail("Object of type Undefined is not JSON serializable");
-    case 1:
-      out += "null";
-      return;
-    case 2:
-      out += std::get<bool>(value.data) ? "true" : "false";
-      return;
-    case 3:
-      out += std::to_string(std::get<int64_t>(value.data));
-      return;
+    case 0: fail("Object of type Undefined is not JSON serializable");
+    case 1: out += "null"; return;
+    case 2: out += std::get<bool>(value.data) ? "true" : "false"; return;
+    case 3: out += std::to_string(std::get<int64_t>(value.data)); return;
     case 4: {
       const double d = std::get<double>(value.data);
       out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : format_float(d);
       return;
     }
-    case 5:
-      json_string(out, value.str());
-      return;
+    case 5: json_string(out, value.str()); return;
     case 6: {
       const Array& items = value.array();
       if (items.empty()) {
@@ -359,8 +317,7 @@ void json_value(std::string& out, const Value& value, const JsonStyle& style, in
       out += '}';
       return;
     }
-    default:
-      fail("Object of type function is not JSON serializable");
+    default: fail("Object of type function is not JSON serializable");
   }
 }
 
@@ -368,29 +325,20 @@ void json_value(std::string& out, const Value& value, const JsonStyle& style, in
 
 std::string to_str(const Value& value) {
   switch (value.data.index()) {
-    case 0:
-      return "";
-    case 5:
-      return value.str();
-    default:
-      return to_repr(value);
+    case 0: return "";
+    case 5: return value.str();
+    default: return to_repr(value);
   }
 }
 
 std::string to_repr(const Value& value) {
   switch (value.data.index()) {
-    case 0:
-      return "Undefined";
-    case 1:
-      return "None";
-    case 2:
-      return std::get<bool>(value.data) ? "True" : "False";
-    case 3:
-      return std::to_string(std::get<int64_t>(value.data));
-    case 4:
-      return format_float(std::get<double>(value.data));
-    case 5:
-      return repr_string(value.str());
+    case 0: return "Undefined";
+    case 1: return "None";
+    case 2: return std::get<bool>(value.data) ? "True" : "False";
+    case 3: return std::to_string(std::get<int64_t>(value.data));
+    case 4: return format_float(std::get<double>(value.data));
+    case 5: return repr_string(value.str());
     case 6: {
       std::string out = value.is_tuple ? "(" : "[";
       for (const Value& item : value.array()) out += (out.size() > 1 ? ", " : "") + to_repr(item);
@@ -405,8 +353,7 @@ std::string to_repr(const Value& value) {
       out += "}";
       return value.object().is_namespace ? "<Namespace " + out + ">" : out;
     }
-    default:
-      return "<function " + value.function().name + ">";
+    default: return "<function " + value.function().name + ">";
   }
 }
 
@@ -418,20 +365,15 @@ std::string to_json(const Value& value, const JsonStyle& style) {
 
 Value from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return None{};
-    case nlohmann::ordered_json::value_t::boolean:
-      return json.get<bool>();
-    case nlohmann::ordered_json::value_t::number_integer:
-      return json.get<int64_t>();
+    case nlohmann::ordered_json::value_t::null: return None{};
+    case nlohmann::ordered_json::value_t::boolean: return json.get<bool>();
+    case nlohmann::ordered_json::value_t::number_integer: return json.get<int64_t>();
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = json.get<uint64_t>();
       return u <= uint64_t(INT64_MAX) ? Value(int64_t(u)) : Value(double(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return json.get<double>();
-    case nlohmann::ordered_json::value_t::string:
-      return json.get<std::string>();
+    case nlohmann::ordered_json::value_t::number_float: return json.get<double>();
+    case nlohmann::ordered_json::value_t::string: return json.get<std::string>();
     case nlohmann::ordered_json::value_t::array: {
       Array items;
       items.reserve(json.size());
@@ -444,8 +386,7 @@ Value from_json(const nlohmann::ordered_json& json) {
       for (const auto& [k, v] : json.items()) object->items.emplace_back(k, from_json(v));
       return object;
     }
-    default:
-      fail("binary JSON values are not supported");
+    default: fail("binary JSON values are not supported");
   }
 }
 
