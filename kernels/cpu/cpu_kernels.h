@@ -58,6 +58,9 @@ struct ActBlock256 {
 };
 // Bytes of one token's activation blocks for a row of `cols` weights of `weight_dtype`.
 int64_t activation_row_bytes(DType weight_dtype, int64_t cols);
+// A per-thread byte buffer, 64-byte aligned, for the VNNI batch kernel's interleaved activations
+// and decoded rows (matmul_int8_tiles.h); it grows to the largest shape seen and is then reused.
+uint8_t* thread_tile_scratch(int64_t bytes);
 // A per-thread byte buffer for quantized activations, separate from thread_scratch (which the
 // kernels use while ops hold this one); reserved as thread_scratch is.
 constexpr int64_t kReservedActivationBytes = int64_t(1) << 18;  // 256 KiB

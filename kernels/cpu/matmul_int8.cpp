@@ -127,6 +127,16 @@ void* thread_activation_scratch(int64_t bytes) {
   return scratch.data();
 }
 
+uint8_t* thread_tile_scratch(int64_t bytes) {
+  struct alignas(64) Line {
+    uint8_t bytes[64];
+  };
+  thread_local std::vector<Line> scratch;
+  const size_t lines = size_t((bytes + 63) / 64);
+  if (scratch.size() < lines) scratch.resize(lines);
+  return scratch.data()->bytes;
+}
+
 void quantize_activations_scalar(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols) {
   auto* bytes = static_cast<uint8_t*>(out);
   const int64_t row_bytes = activation_row_bytes(weight_dtype, cols);

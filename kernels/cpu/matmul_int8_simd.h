@@ -41,6 +41,7 @@ constexpr int64_t kInt8TokenPanel = 32;
 struct Avx2Dot {
   static constexpr bool kQ8_0Pairs = false;    // no 512-bit step for two Q8_0 blocks x 4 tokens
   static constexpr bool kWideDecoded = false;  // nor for decoded blocks (step_decoded)
+  static constexpr bool kTokenTiles = false;   // nor the outer-product batch path (matmul_int8_tiles.h)
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                              _mm256_set1_epi16(1));
@@ -703,7 +704,10 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
     row_begin += 4 * slice;
   }
   const int64_t batched = n_tokens / 4 * 4;
-  for (int64_t t0 = 0; t0 < batched; t0 += kInt8TokenPanel) {
+  int64_t t_first = 0;  // tokens [0, t_first) done by Dot's outer-product path, where it has one
+  if constexpr (predecoded_batch(D) && Dot::kTokenTiles)
+    t_first = Dot::template token_tiles<D>(y, xq, w, rows, cols, n_tokens, row_begin, row_end);
+  for (int64_t t0 = t_first; t0 < batched; t0 += kInt8TokenPanel) {
     const int64_t t_end = batched - t0 < kInt8TokenPanel ? batched : t0 + kInt8TokenPanel;
     if constexpr (predecoded_batch(D)) {
       for (int64_t r = row_begin; r < row_end; r += kDecodedRows)

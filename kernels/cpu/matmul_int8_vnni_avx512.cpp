@@ -17,6 +17,7 @@
 #endif
 
 #include "kernels/cpu/matmul_int8_simd.h"
+#include "kernels/cpu/matmul_int8_tiles.h"
 
 namespace chronos::kernels {
 namespace {
@@ -76,6 +77,20 @@ struct VnniDot {
     for (int t = 0; t < 4; ++t)
       h[t] = _mm256_add_epi32(_mm512_castsi512_si256(s[t]), _mm512_extracti64x4_epi64(s[t], 1));
     return hsum4(h[0], h[1], h[2], h[3]);
+  }
+  // IQ4_XS and the IQ grid types: panels of 16 tokens as outer products (matmul_int8_tiles.h);
+  // returns how many tokens it did, the rest take step_decoded. A short last panel costs a whole
+  // one, and the outer product runs about 2.5 times step_decoded's rate per token: a remainder of
+  // kTileShortest tokens or more joins the panels.
+  static constexpr bool kTokenTiles = true;
+  static constexpr int64_t kTileShortest = 7;
+  template <DType D>
+  static int64_t token_tiles(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols,
+                             int64_t n_tokens, int64_t row_begin, int64_t row_end) {
+    const int64_t whole = n_tokens / kTileTokens * kTileTokens;
+    const int64_t tiled = n_tokens - whole >= kTileShortest ? n_tokens : whole;
+    if (tiled > 0) tile_matmul_rows<D>(y, xq, w, rows, cols, tiled, row_begin, row_end);
+    return tiled;
   }
   // vpdpwssd adds the int16 pair products to acc in one instruction: madd + add, the same int32s
   // (no pair sum comes near int32's range; see matmul_int8_simd.h).

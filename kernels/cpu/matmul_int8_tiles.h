@@ -1,0 +1,223 @@
+// The batch path of the scales-only types (IQ4_XS and the IQ grid types) on AVX-512 VNNI as an
+// outer product: 16 tokens in the int32 lanes of one vector, so that one vpdpbusd is 4 weights of
+// one row times 4 activations of each of 16 tokens and no lane is ever reduced across. Included
+// only by matmul_int8_vnni_avx512.cpp, after matmul_int8_simd.h.
+//
+// The dot-product step (step_decoded) put the weights and the activations in the same lanes: every
+// (row, token, block) ended in a horizontal sum, and the sign trick cost two more instructions per
+// 64 products; with a vpdpbusd per 64 products and nothing else in the inner loop the same
+// multiplies run at about twice the rate.
+//
+// Numerics are step_decoded's, so every ISA, batch size and thread split still gives the same bits:
+// - the weights are stored as codes u = level + 128 (levels lie in [-127, 127]: IQ4_XS's grid,
+//   the IQ2/IQ3 magnitudes with their signs, IQ1's 8 g + delta), so that vpdpbusd's unsigned
+//   operand takes them; a group's sum of u * x minus 128 times the group's activation sum (exact,
+//   from the activation blocks' bsums) is the signed sum of level * x, exactly;
+// - times the group's integer scale and summed over the block's groups in int32: the same integer
+//   as step_decoded's (no partial sum leaves int32; see matmul_int8_simd.h for the ranges);
+// - then acc = fma(factor * d_x, float(isum), acc) per (row, token), blocks in order.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/matmul_int8_simd.h"
+
+namespace chronos::kernels {
+namespace {
+
+// Tokens per panel: the 16 int32 lanes of a 512-bit vector.
+constexpr int64_t kTileTokens = 16;
+// Rows per pass of the inner kernel (8 accumulators of partial sums, 8 of block sums, 8 of f32).
+constexpr int64_t kTileBand = 8;
+// Rows decoded at a time: their codes stay in L2 while every panel of the chunk passes over them.
+constexpr int64_t kTileRows = 32;
+// Panels interleaved at a time, at most (each is 16 tokens x the row's blocks).
+constexpr int64_t kTilePanels = 4;
+constexpr int64_t kTilePanelBytes = int64_t(384) << 10;
+
+// One activation block of a panel: q[g] holds weights 4 g .. 4 g + 3 of each of the 16 tokens
+// (token t in int32 lane t); bias[s][t] = 128 times the sum of token t's levels over group s; dx[t]
+// token t's block scale.
+struct alignas(64) PanelBlock {
+  int8_t q[64][kTileTokens][4];
+  int32_t bias[16][kTileTokens];
+  float dx[kTileTokens];
+};
+
+// One weight block of a row: the codes level + 128 in weight order, the integer scale of each group,
+// the f32 factor (IQ4_XS: its d; the IQ grid types: iq_int8_d).
+struct alignas(64) RowBlock {
+  uint8_t code[256];
+  int32_t scale[16];
+  float factor;
+};
+
+// Lane j of out[i] = lane i of v[j]: a 16 x 16 transpose of int32s.
+[[gnu::always_inline]] inline void transpose16(__m512i* out, const __m512i* v) {
+  __m512i a[16], b[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    a[2 * k] = _mm512_unpacklo_epi32(v[2 * k], v[2 * k + 1]);
+    a[2 * k + 1] = _mm512_unpackhi_epi32(v[2 * k], v[2 * k + 1]);
+  }
+  // b[4 k + e], 128-bit lane L: element 4 L + e of rows 4 k .. 4 k + 3.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    b[4 * k] = _mm512_unpacklo_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 1] = _mm512_unpackhi_epi64(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 2] = _mm512_unpacklo_epi64(a[4 * k + 1], a[4 * k + 3]);
+    b[4 * k + 3] = _mm512_unpackhi_epi64(a[4 * k + 1], a[4 * k + 3]);
+  }
+  // A 4 x 4 transpose of 128-bit lanes for each e.
+#pragma GCC unroll 4
+  for (int e = 0; e < 4; ++e) {
+    const __m512i c0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0x44), c1 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0xEE);
+    const __m512i c2 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0x44);
+    const __m512i c3 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0xEE);
+    out[e] = _mm512_shuffle_i32x4(c0, c2, 0x88);
+    out[4 + e] = _mm512_shuffle_i32x4(c0, c2, 0xDD);
+    out[8 + e] = _mm512_shuffle_i32x4(c1, c3, 0x88);
+    out[12 + e] = _mm512_shuffle_i32x4(c1, c3, 0xDD);
+  }
+}
+
+// The activation rows of n_valid (1..16) tokens starting at xq (act_bytes apart) as n_blocks
+// PanelBlocks; the lanes of a short panel's missing tokens hold zeros (their results are dropped).
+template <DType D>
+void interleave_panel(PanelBlock* out, const uint8_t* xq, int64_t act_bytes, int64_t n_blocks, int n_valid) {
+  constexpr int kGroups = 256 / group_elements(D);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const ActBlock256* a[kTileTokens];
+    for (int t = 0; t < kTileTokens; ++t)
+      a[t] = reinterpret_cast<const ActBlock256*>(xq + std::min(t, n_valid - 1) * act_bytes) + b;
+    PanelBlock& p = out[b];
+    for (int c = 0; c < 4; ++c) {
+      __m512i v[16], q[16];
+#pragma GCC unroll 16
+      for (int t = 0; t < kTileTokens; ++t)
+        v[t] = t < n_valid ? _mm512_loadu_si512(a[t]->qs + 64 * c) : _mm512_setzero_si512();
+      transpose16(q, v);
+#pragma GCC unroll 16
+      for (int g = 0; g < 16; ++g) _mm512_store_si512(p.q[16 * c + g], q[g]);
+    }
+    for (int t = 0; t < kTileTokens; ++t) {
+      if (t >= n_valid) {
+        p.dx[t] = 0.0f;
+        for (int s = 0; s < kGroups; ++s) p.bias[s][t] = 0;
+        continue;
+      }
+      p.dx[t] = a[t]->d;
+      for (int s = 0; s < kGroups; ++s)
+        p.bias[s][t] = 128 * (kGroups == 16 ? a[t]->bsums[s] : a[t]->bsums[2 * s] + a[t]->bsums[2 * s + 1]);
+    }
+  }
+}
+
+// Row r's blocks as RowBlocks, from decode_block (magnitude, sign source) and the scalar scales.
+template <DType D>
+void decode_row_blocks(RowBlock* out, const uint8_t* row, int64_t n_blocks) {
+  constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
+  constexpr int kGroups = 256 / group_elements(D);
+  DecodedBlock decoded;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = row + b * kBlockBytes;
+    decode_block<D>(decoded, blk);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      const __m256i level = _mm256_sign_epi8(decoded.magnitude[k], decoded.flip[k]);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].code + 32 * k),
+                         _mm256_xor_si256(level, _mm256_set1_epi8(int8_t(0x80))));
+    }
+    for (int g = 0; g < kGroups; ++g)
+      out[b].scale[g] = D == DType::kIQ4_XS ? iq4_xs_scale(blk, g) : iq_int8_scale(D, blk, g);
+    out[b].factor = decoded.factor;
+  }
+}
+
+// out[r][t] = rows w[r] (kTileBand of them) against the panel's 16 tokens, over n_blocks blocks.
+template <DType D>
+[[gnu::always_inline]] inline void band_panel(float (*out)[kTileTokens], const RowBlock* const* w,
+                                              const PanelBlock* panel, int64_t n_blocks) {
+  constexpr int kGroups = 256 / group_elements(D), kQuads = group_elements(D) / 4;
+  __m512 acc[kTileBand];
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileBand; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PanelBlock& p = panel[b];
+    __m512i isum[kTileBand];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileBand; ++r) isum[r] = _mm512_setzero_si512();
+    for (int s = 0; s < kGroups; ++s) {
+      __m512i raw[kTileBand];
+#pragma GCC unroll 8
+      for (int r = 0; r < kTileBand; ++r) raw[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < kQuads; ++g) {
+        const __m512i x = _mm512_load_si512(p.q[s * kQuads + g]);
+#pragma GCC unroll 8
+        for (int r = 0; r < kTileBand; ++r) {
+          int32_t u4;
+          std::memcpy(&u4, w[r][b].code + 4 * (s * kQuads + g), 4);
+          raw[r] = _mm512_dpbusd_epi32(raw[r], _mm512_set1_epi32(u4), x);
+        }
+      }
+      const __m512i bias = _mm512_load_si512(p.bias[s]);
+#pragma GCC unroll 8
+      for (int r = 0; r < kTileBand; ++r)
+        isum[r] = _mm512_add_epi32(
+            isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(raw[r], bias), _mm512_set1_epi32(w[r][b].scale[s])));
+    }
+    const __m512 dx = _mm512_load_ps(p.dx);
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileBand; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(w[r][b].factor), dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileBand; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+// Rows [row_begin, row_end) against tokens [0, n_tokens): y[t * rows + r]; the last panel may be
+// short. Per chunk of panels the activations are interleaved once; per kTileRows rows the
+// blocks are decoded once for every panel of the chunk.
+template <DType D>
+void tile_matmul_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols, int64_t n_tokens,
+                 int64_t row_begin, int64_t row_end) {
+  const int64_t n_blocks = cols / 256, row_bytes = dtype_row_bytes(D, cols);
+  const int64_t act_bytes = activation_row_bytes(D, cols), panel_bytes = n_blocks * int64_t(sizeof(PanelBlock));
+  const int64_t chunk_panels = std::clamp<int64_t>(kTilePanelBytes / panel_bytes, 1, kTilePanels);
+  const int64_t rows_bytes = kTileRows * n_blocks * int64_t(sizeof(RowBlock));
+  uint8_t* scratch = thread_tile_scratch(chunk_panels * panel_bytes + rows_bytes);
+  auto* panels = reinterpret_cast<PanelBlock*>(scratch);
+  auto* decoded = reinterpret_cast<RowBlock*>(scratch + chunk_panels * panel_bytes);
+  float out[kTileBand][kTileTokens];
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_panels * kTileTokens) {
+    const int64_t n_panels = std::min(chunk_panels, (n_tokens - t0 + kTileTokens - 1) / kTileTokens);
+    for (int64_t p = 0; p < n_panels; ++p)
+      interleave_panel<D>(panels + p * n_blocks, xq + (t0 + p * kTileTokens) * act_bytes, act_bytes, n_blocks,
+                          int(std::min(kTileTokens, n_tokens - t0 - p * kTileTokens)));
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
+      const int64_t n_rows = std::min(kTileRows, row_end - r0);
+      const int64_t padded = (n_rows + kTileBand - 1) / kTileBand * kTileBand;
+      for (int64_t r = 0; r < n_rows; ++r) decode_row_blocks<D>(decoded + r * n_blocks, w + (r0 + r) * row_bytes, n_blocks);
+      for (int64_t p = 0; p < n_panels; ++p) {
+        for (int64_t band = 0; band < padded; band += kTileBand) {
+          const RowBlock* band_rows[kTileBand];
+          for (int64_t r = 0; r < kTileBand; ++r)  // rows past the end repeat the last; their results are dropped
+            band_rows[r] = decoded + std::min(band + r, n_rows - 1) * n_blocks;
+          band_panel<D>(out, band_rows, panels + p * n_blocks, n_blocks);
+          const int64_t valid = std::min(kTileBand, n_rows - band);
+          const int64_t tokens = std::min(kTileTokens, n_tokens - t0 - p * kTileTokens);
+          for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t r = 0; r < valid; ++r) y[(t0 + p * kTileTokens + t) * rows + r0 + band + r] = out[r][t];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace chronos::kernels
