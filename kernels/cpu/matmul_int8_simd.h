@@ -705,7 +705,7 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
   }
   const int64_t batched = n_tokens / 4 * 4;
   int64_t t_first = 0;  // tokens [0, t_first) done by Dot's outer-product path, where it has one
-  if constexpr (predecoded_batch(D) && Dot::kTokenTiles)
+  if constexpr (block_elements_of(D) == 256 && Dot::kTokenTiles)
     t_first = Dot::template token_tiles<D>(y, xq, w, rows, cols, n_tokens, row_begin, row_end);
   for (int64_t t0 = t_first; t0 < batched; t0 += kInt8TokenPanel) {
     const int64_t t_end = batched - t0 < kInt8TokenPanel ? batched : t0 + kInt8TokenPanel;

@@ -1,21 +1,26 @@
-// The batch path of the scales-only types (IQ4_XS and the IQ grid types) on AVX-512 VNNI as an
-// outer product: 16 tokens in the int32 lanes of one vector, so that one vpdpbusd is 4 weights of
-// one row times 4 activations of each of 16 tokens and no lane is ever reduced across. Included
-// only by matmul_int8_vnni_avx512.cpp, after matmul_int8_simd.h.
+// The batch path of the 256-weight types (the K types, IQ4_XS and the IQ grid types) on AVX-512
+// VNNI as an outer product: 16 tokens in the int32 lanes of one vector, so that one vpdpbusd is 4
+// weights of one row times 4 activations of each of 16 tokens and no lane is ever reduced across.
+// Included only by matmul_int8_vnni_avx512.cpp, after matmul_int8_simd.h.
 //
-// The dot-product step (step_decoded) put the weights and the activations in the same lanes: every
-// (row, token, block) ended in a horizontal sum, and the sign trick cost two more instructions per
-// 64 products; with a vpdpbusd per 64 products and nothing else in the inner loop the same
-// multiplies run at about twice the rate.
+// The dot-product steps (step256, step_decoded) put the weights and the activations in the same
+// lanes: every (row, token, block) ended in a horizontal sum, and the sign trick cost two more
+// instructions per 64 products; with a vpdpbusd per 64 products and nothing else in the inner loop
+// the same multiplies run at about twice the rate.
 //
-// Numerics are step_decoded's, so every ISA, batch size and thread split still gives the same bits:
-// - the weights are stored as codes u = level + 128 (levels lie in [-127, 127]: IQ4_XS's grid,
-//   the IQ2/IQ3 magnitudes with their signs, IQ1's 8 g + delta), so that vpdpbusd's unsigned
-//   operand takes them; a group's sum of u * x minus 128 times the group's activation sum (exact,
-//   from the activation blocks' bsums) is the signed sum of level * x, exactly;
-// - times the group's integer scale and summed over the block's groups in int32: the same integer
-//   as step_decoded's (no partial sum leaves int32; see matmul_int8_simd.h for the ranges);
-// - then acc = fma(factor * d_x, float(isum), acc) per (row, token), blocks in order.
+// Numerics are step256's, so every ISA, batch size and thread split still gives the same bits. Per
+// (row, token, block), in int32 and exactly (no partial sum leaves int32; see matmul_int8_simd.h for
+// the ranges):
+// - the weights are unsigned codes u: the K types' levels as stored (Q3_K and Q6_K with their offset
+//   4 and 32), the signed types' levels plus 128 (IQ4_XS's grid, the IQ2/IQ3 magnitudes with their
+//   signs, IQ1's 8 g + delta: all within [-127, 127]), so that vpdpbusd's unsigned operand takes them;
+// - s = the sum over the block's groups of the group's integer scale times the group's sum of u * x;
+// - m = the sum over the groups of a second integer factor times the group's activation sum (from
+//   the activation blocks' bsums): the mins (Q2_K, Q4_K, Q5_K), or the scales again for the types
+//   with an offset (Q3_K, Q6_K, the signed types: s - offset * m is then the signed levels' sum);
+// - then the scalar reference's f32 steps, blocks in order: acc = fma(d * d_x, float(s), acc) and
+//   acc = fnmadd(dmin * d_x, float(m), acc) for the types with mins, acc = fma(d * d_x,
+//   float(s - offset * m), acc) for the others (d: the IQ grid types' iq_int8_d).
 #pragma once
 
 #include <immintrin.h>
@@ -40,21 +45,27 @@ constexpr int64_t kTilePanels = 4;
 constexpr int64_t kTilePanelBytes = int64_t(384) << 10;
 
 // One activation block of a panel: q[g] holds weights 4 g .. 4 g + 3 of each of the 16 tokens
-// (token t in int32 lane t); bias[s][t] = 128 times the sum of token t's levels over group s; dx[t]
-// token t's block scale.
+// (token t in int32 lane t); sums[i][t] token t's activation sums of groups 2 i and 2 i + 1 as two
+// int16 (|sum| <= 32 * 127); dx[t] token t's block scale.
 struct alignas(64) PanelBlock {
   int8_t q[64][kTileTokens][4];
-  int32_t bias[16][kTileTokens];
+  int32_t sums[8][kTileTokens];
   float dx[kTileTokens];
 };
 
-// One weight block of a row: the codes level + 128 in weight order, the integer scale of each group,
-// the f32 factor (IQ4_XS: its d; the IQ grid types: iq_int8_d).
+// One weight block of a row: the codes u in weight order, the integer scale of each group, the
+// second factors (mins or scales) of groups 2 i and 2 i + 1 as two int16, and the f32 factors.
 struct alignas(64) RowBlock {
   uint8_t code[256];
   int32_t scale[16];
-  float factor;
+  int32_t factors[8];
+  float d, dmin;
 };
+
+// The types whose sum has a min term subtracted in f32 (the rest: an offset subtracted in int32).
+constexpr bool has_tile_mins(DType d) { return d == DType::kQ2_K || d == DType::kQ4_K || d == DType::kQ5_K; }
+// log2 of the offset of the codes: Q3_K 4, Q6_K 32, the signed types 128.
+constexpr int tile_offset_log2(DType d) { return d == DType::kQ3_K ? 2 : d == DType::kQ6_K ? 5 : 7; }
 
 // Lane j of out[i] = lane i of v[j]: a 16 x 16 transpose of int32s.
 [[gnu::always_inline]] inline void transpose16(__m512i* out, const __m512i* v) {
@@ -89,7 +100,7 @@ struct alignas(64) RowBlock {
 // PanelBlocks; the lanes of a short panel's missing tokens hold zeros (their results are dropped).
 template <DType D>
 void interleave_panel(PanelBlock* out, const uint8_t* xq, int64_t act_bytes, int64_t n_blocks, int n_valid) {
-  constexpr int kGroups = 256 / group_elements(D);
+  constexpr int kPairs = 128 / group_elements(D);
   for (int64_t b = 0; b < n_blocks; ++b) {
     const ActBlock256* a[kTileTokens];
     for (int t = 0; t < kTileTokens; ++t)
@@ -105,36 +116,75 @@ void interleave_panel(PanelBlock* out, const uint8_t* xq, int64_t act_bytes, int
       for (int g = 0; g < 16; ++g) _mm512_store_si512(p.q[16 * c + g], q[g]);
     }
     for (int t = 0; t < kTileTokens; ++t) {
-      if (t >= n_valid) {
-        p.dx[t] = 0.0f;
-        for (int s = 0; s < kGroups; ++s) p.bias[s][t] = 0;
-        continue;
+      p.dx[t] = t < n_valid ? a[t]->d : 0.0f;
+      for (int i = 0; i < kPairs; ++i) {
+        const int16_t* bs = a[t]->bsums;
+        // Groups of 16: the bsums pair as it is; of 32: sums of two.
+        const int lo = kPairs == 8 ? bs[2 * i] : bs[4 * i] + bs[4 * i + 1];
+        const int hi = kPairs == 8 ? bs[2 * i + 1] : bs[4 * i + 2] + bs[4 * i + 3];
+        p.sums[i][t] = t < n_valid ? int32_t(uint32_t(uint16_t(lo)) | (uint32_t(uint16_t(hi)) << 16)) : 0;
       }
-      p.dx[t] = a[t]->d;
-      for (int s = 0; s < kGroups; ++s)
-        p.bias[s][t] = 128 * (kGroups == 16 ? a[t]->bsums[s] : a[t]->bsums[2 * s] + a[t]->bsums[2 * s + 1]);
     }
   }
 }
 
-// Row r's blocks as RowBlocks, from decode_block (magnitude, sign source) and the scalar scales.
+// Group g's scale (and, for the types with mins, its min) of a 256-weight block.
+template <DType D>
+[[gnu::always_inline]] inline void tile_group_factors(const uint8_t* b, int g, int* scale, int* min) {
+  *min = 0;
+  if constexpr (has_q4_k_scales(D)) {
+    q4_k_scale_min(b + q4_k::scales, g, scale, min);
+  } else if constexpr (D == DType::kQ2_K) {
+    *scale = b[q2_k::scales + g] & 0xF;
+    *min = b[q2_k::scales + g] >> 4;
+  } else if constexpr (D == DType::kQ3_K) {
+    *scale = q3_k_scale(b + q3_k::scales, g);
+  } else if constexpr (D == DType::kQ6_K) {
+    *scale = int8_t(b[q6_k::scales + g]);
+  } else if constexpr (D == DType::kIQ4_XS) {
+    *scale = iq4_xs_scale(b, g);
+  } else {
+    *scale = iq_int8_scale(D, b, g);
+  }
+}
+
+// A row's blocks as RowBlocks.
 template <DType D>
 void decode_row_blocks(RowBlock* out, const uint8_t* row, int64_t n_blocks) {
   constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
   constexpr int kGroups = 256 / group_elements(D);
-  DecodedBlock decoded;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* blk = row + b * kBlockBytes;
-    decode_block<D>(decoded, blk);
+    RowBlock& o = out[b];
+    if constexpr (has_scales_only(D)) {  // signed levels from decode_block, + 128
+      DecodedBlock decoded;
+      decode_block<D>(decoded, blk);
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
-      const __m256i level = _mm256_sign_epi8(decoded.magnitude[k], decoded.flip[k]);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(out[b].code + 32 * k),
-                         _mm256_xor_si256(level, _mm256_set1_epi8(int8_t(0x80))));
+      for (int k = 0; k < 8; ++k) {
+        const __m256i level = _mm256_sign_epi8(decoded.magnitude[k], decoded.flip[k]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.code + 32 * k),
+                           _mm256_xor_si256(level, _mm256_set1_epi8(int8_t(0x80))));
+      }
+      o.d = decoded.factor;
+      o.dmin = 0.0f;
+    } else {
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.code + 32 * k), chunk_levels<D>(blk, k));
+      constexpr int d_at = has_q4_k_scales(D) ? q4_k::d
+                           : D == DType::kQ2_K ? q2_k::d
+                           : D == DType::kQ3_K ? q3_k::d
+                                               : q6_k::d;
+      o.d = read_f16(blk + d_at);
+      o.dmin = has_tile_mins(D) ? read_f16(blk + (D == DType::kQ2_K ? q2_k::dmin : q4_k::dmin)) : 0.0f;
     }
-    for (int g = 0; g < kGroups; ++g)
-      out[b].scale[g] = D == DType::kIQ4_XS ? iq4_xs_scale(blk, g) : iq_int8_scale(D, blk, g);
-    out[b].factor = decoded.factor;
+    int second[16];
+    for (int g = 0; g < kGroups; ++g) {
+      tile_group_factors<D>(blk, g, &o.scale[g], &second[g]);
+      if constexpr (!has_tile_mins(D)) second[g] = o.scale[g];
+    }
+    for (int i = 0; i < kGroups / 2; ++i)
+      o.factors[i] = int32_t(uint32_t(uint16_t(second[2 * i])) | (uint32_t(uint16_t(second[2 * i + 1])) << 16));
   }
 }
 
@@ -148,33 +198,48 @@ template <DType D>
   for (int r = 0; r < kTileBand; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     const PanelBlock& p = panel[b];
-    __m512i isum[kTileBand];
+    __m512i s[kTileBand], m[kTileBand];
 #pragma GCC unroll 8
-    for (int r = 0; r < kTileBand; ++r) isum[r] = _mm512_setzero_si512();
-    for (int s = 0; s < kGroups; ++s) {
+    for (int r = 0; r < kTileBand; ++r) s[r] = _mm512_setzero_si512();
+    for (int g = 0; g < kGroups; ++g) {
       __m512i raw[kTileBand];
 #pragma GCC unroll 8
       for (int r = 0; r < kTileBand; ++r) raw[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-      for (int g = 0; g < kQuads; ++g) {
-        const __m512i x = _mm512_load_si512(p.q[s * kQuads + g]);
+      for (int q = 0; q < kQuads; ++q) {
+        const __m512i x = _mm512_load_si512(p.q[g * kQuads + q]);
 #pragma GCC unroll 8
         for (int r = 0; r < kTileBand; ++r) {
           int32_t u4;
-          std::memcpy(&u4, w[r][b].code + 4 * (s * kQuads + g), 4);
+          std::memcpy(&u4, w[r][b].code + 4 * (g * kQuads + q), 4);
           raw[r] = _mm512_dpbusd_epi32(raw[r], _mm512_set1_epi32(u4), x);
         }
       }
-      const __m512i bias = _mm512_load_si512(p.bias[s]);
 #pragma GCC unroll 8
       for (int r = 0; r < kTileBand; ++r)
-        isum[r] = _mm512_add_epi32(
-            isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(raw[r], bias), _mm512_set1_epi32(w[r][b].scale[s])));
+        s[r] = _mm512_add_epi32(s[r], _mm512_mullo_epi32(raw[r], _mm512_set1_epi32(w[r][b].scale[g])));
+    }
+    // The second sum after the first, so that its accumulators do not compete with raw's registers.
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileBand; ++r) m[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int i = 0; i < kGroups / 2; ++i) {
+      const __m512i sums = _mm512_load_si512(p.sums[i]);
+#pragma GCC unroll 8
+      for (int r = 0; r < kTileBand; ++r) m[r] = _mm512_dpwssd_epi32(m[r], sums, _mm512_set1_epi32(w[r][b].factors[i]));
     }
     const __m512 dx = _mm512_load_ps(p.dx);
 #pragma GCC unroll 8
-    for (int r = 0; r < kTileBand; ++r)
-      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(w[r][b].factor), dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+    for (int r = 0; r < kTileBand; ++r) {
+      const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r][b].d), dx);
+      if constexpr (has_tile_mins(D)) {
+        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(s[r]), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_set1_ps(w[r][b].dmin), dx), _mm512_cvtepi32_ps(m[r]), acc[r]);
+      } else {
+        const __m512i isum = _mm512_sub_epi32(s[r], _mm512_slli_epi32(m[r], tile_offset_log2(D)));
+        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[r]);
+      }
+    }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < kTileBand; ++r) _mm512_storeu_ps(out[r], acc[r]);

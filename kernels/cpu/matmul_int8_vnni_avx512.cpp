@@ -78,12 +78,11 @@ struct VnniDot {
       h[t] = _mm256_add_epi32(_mm512_castsi512_si256(s[t]), _mm512_extracti64x4_epi64(s[t], 1));
     return hsum4(h[0], h[1], h[2], h[3]);
   }
-  // IQ4_XS and the IQ grid types: panels of 16 tokens as outer products (matmul_int8_tiles.h);
-  // returns how many tokens it did, the rest take step_decoded. A short last panel costs a whole
-  // one, and the outer product runs about 2.5 times step_decoded's rate per token: a remainder of
-  // kTileShortest tokens or more joins the panels.
+  // The 256-weight types: panels of 16 tokens as outer products (matmul_int8_tiles.h); returns how
+  // many tokens it did, the rest take step256 or step_decoded. A short last panel costs a whole one:
+  // a remainder of kTileShortest tokens or more joins the panels.
   static constexpr bool kTokenTiles = true;
-  static constexpr int64_t kTileShortest = 7;
+  static constexpr int64_t kTileShortest = 4;
   template <DType D>
   static int64_t token_tiles(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols,
                              int64_t n_tokens, int64_t row_begin, int64_t row_end) {
