@@ -263,7 +263,7 @@ void BM_MatmulBlock(benchmark::State& state) {
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatmulBlock)
-    ->ArgsProduct({{16, 32, 128}, {1, 0}, {0, 1, 5, 6, 11, 12, 13, 15, 17}, {0, 1}})
+    ->ArgsProduct({{16, 17, 19, 32, 128}, {1, 0}, {0, 1, 5, 6, 11, 12, 13, 15, 17}, {0, 1}})
     ->ArgNames({"tokens", "threads", "dtype", "int8"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -20,6 +20,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -39,9 +40,8 @@ constexpr int64_t kInt8TokenPanel = 32;
 // The 8 int32 lanes of the sign-trick product of 32 signed weight levels w and activations x:
 // lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
 struct Avx2Dot {
-  static constexpr bool kQ8_0Pairs = false;    // no 512-bit step for two Q8_0 blocks x 4 tokens
-  static constexpr bool kWideDecoded = false;  // nor for decoded blocks (step_decoded)
-  static constexpr bool kTokenTiles = false;   // nor the outer-product batch path (matmul_int8_tiles.h)
+  static constexpr bool kQ8_0Pairs = false;   // no 512-bit step for two Q8_0 blocks x 4 tokens
+  static constexpr bool kTokenTiles = false;  // nor the outer-product batch path (matmul_int8_tiles.h)
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                              _mm256_set1_epi16(1));
@@ -519,11 +519,11 @@ template <class Dot, DType D, int R, int T>
 // scales) cost more than the four dots it fed (IQ2_XXS prefill ran at 0.46x llama.cpp's). A chunk
 // keeps what step256 computes from the block: the magnitudes, the sign source applied to the
 // activations and the int16 scales; the block keeps its f32 factor. The integer sums and the f32
-// steps are step256's, operation for operation.
+// steps are step256's, operation for operation. (On AVX-512 VNNI the outer-product path of
+// matmul_int8_tiles.h takes the batches instead.)
 constexpr bool predecoded_batch(DType d) { return has_scales_only(d); }
 
-// Chunk k of a block: magnitude[k] . sign(x, flip[k]) times scale[k] (int16 per byte pair); the
-// chunks of one kind are adjacent so that the VNNI kernel reads two of them as one 512-bit vector.
+// Chunk k of a block: magnitude[k] . sign(x, flip[k]) times scale[k] (int16 per byte pair).
 struct alignas(64) DecodedBlock {
   __m256i magnitude[8], flip[8], scale[8];
   float factor;  // IQ4_XS: its f16 d; the IQ grid types: iq_int8_d
@@ -558,25 +558,19 @@ template <DType D>
 }
 
 // One decoded block against 4 tokens (step256 with R = 1, T = 4).
-// Dot::kWideDecoded: Dot::decoded_sums gives the 4 sums (VNNI: two chunks per 512-bit step).
 template <class Dot>
 [[gnu::always_inline]] inline __m128 step_decoded(__m128 acc, const DecodedBlock& blk, const ActBlock256* const* a) {
-  __m128i isum;
-  if constexpr (Dot::kWideDecoded) {
-    isum = Dot::decoded_sums(blk, a);
-  } else {
-    __m256i scaled[4];
+  __m256i scaled[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t) scaled[t] = _mm256_setzero_si256();
+  for (int t = 0; t < 4; ++t) scaled[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < 8; ++k) {
 #pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t)
-        scaled[t] = Dot::add_scaled_dot(scaled[t], blk.magnitude[k],
-                                        _mm256_sign_epi8(load256(a[t]->qs + 32 * k), blk.flip[k]), blk.scale[k]);
-    }
-    isum = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
+    for (int t = 0; t < 4; ++t)
+      scaled[t] = Dot::add_scaled_dot(scaled[t], blk.magnitude[k],
+                                      _mm256_sign_epi8(load256(a[t]->qs + 32 * k), blk.flip[k]), blk.scale[k]);
   }
+  const __m128i isum = hsum4(scaled[0], scaled[1], scaled[2], scaled[3]);
   const __m128 dd = _mm_mul_ps(_mm_set1_ps(blk.factor), _mm_setr_ps(a[0]->d, a[1]->d, a[2]->d, a[3]->d));
   return _mm_fmadd_ps(dd, _mm_cvtepi32_ps(isum), acc);
 }
@@ -706,7 +700,7 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
   const int64_t batched = n_tokens / 4 * 4;
   int64_t t_first = 0;  // tokens [0, t_first) done by Dot's outer-product path, where it has one
   if constexpr (block_elements_of(D) == 256 && Dot::kTokenTiles)
-    t_first = Dot::template token_tiles<D>(y, xq, w, rows, cols, n_tokens, row_begin, row_end);
+    if (n_tokens > 1) t_first = Dot::template token_tiles<D>(y, xq, w, rows, cols, n_tokens, row_begin, row_end);
   for (int64_t t0 = t_first; t0 < batched; t0 += kInt8TokenPanel) {
     const int64_t t_end = batched - t0 < kInt8TokenPanel ? batched : t0 + kInt8TokenPanel;
     if constexpr (predecoded_batch(D)) {
@@ -724,11 +718,12 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
       }
     }
   }
-  if (batched == n_tokens) return;
+  const int64_t t_rest = std::max(batched, t_first);  // the tokens left for single-token steps
+  if (t_rest == n_tokens) return;
   for (int64_t r = row_begin; r < row_end; r += 4) {
     const int n_rows = row_end - r < 4 ? int(row_end - r) : 4;
     for (int i = 0; i < 4; ++i) group[i] = w + (r + (i < n_rows ? i : 0)) * row_bytes;
-    for (int64_t t = batched; t < n_tokens; ++t) {
+    for (int64_t t = t_rest; t < n_tokens; ++t) {
       acts[0] = xq + t * act_bytes;
       dot_rt_int8<Dot, D, 4, 1>(out, group, acts, n_blocks);
       for (int i = 0; i < n_rows; ++i) y[t * rows + r + i] = out[i];

@@ -171,7 +171,7 @@ void decode_row_blocks(RowBlock* out, const uint8_t* row, int64_t n_blocks) {
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k)
         _mm256_store_si256(reinterpret_cast<__m256i*>(o.code + 32 * k), chunk_levels<D>(blk, k));
-      constexpr int d_at = has_q4_k_scales(D) ? q4_k::d
+      constexpr int d_at = has_q4_k_scales(D)  ? q4_k::d
                            : D == DType::kQ2_K ? q2_k::d
                            : D == DType::kQ3_K ? q3_k::d
                                                : q6_k::d;
@@ -250,7 +250,7 @@ template <DType D>
 // blocks are decoded once for every panel of the chunk.
 template <DType D>
 void tile_matmul_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols, int64_t n_tokens,
-                 int64_t row_begin, int64_t row_end) {
+                      int64_t row_begin, int64_t row_end) {
   const int64_t n_blocks = cols / 256, row_bytes = dtype_row_bytes(D, cols);
   const int64_t act_bytes = activation_row_bytes(D, cols), panel_bytes = n_blocks * int64_t(sizeof(PanelBlock));
   const int64_t chunk_panels = std::clamp<int64_t>(kTilePanelBytes / panel_bytes, 1, kTilePanels);
@@ -267,7 +267,8 @@ void tile_matmul_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
       const int64_t n_rows = std::min(kTileRows, row_end - r0);
       const int64_t padded = (n_rows + kTileBand - 1) / kTileBand * kTileBand;
-      for (int64_t r = 0; r < n_rows; ++r) decode_row_blocks<D>(decoded + r * n_blocks, w + (r0 + r) * row_bytes, n_blocks);
+      for (int64_t r = 0; r < n_rows; ++r)
+        decode_row_blocks<D>(decoded + r * n_blocks, w + (r0 + r) * row_bytes, n_blocks);
       for (int64_t p = 0; p < n_panels; ++p) {
         for (int64_t band = 0; band < padded; band += kTileBand) {
           const RowBlock* band_rows[kTileBand];

@@ -1,6 +1,7 @@
 // AVX-512 VNNI kernels of the 8-bit-activation path: matmul_int8_simd.h with the 32-weight types'
 // sign-trick product as one vpdpbusd (256-bit, AVX512_VNNI + AVX512VL) instead of maddubs + madd,
-// and the K types' scaled sums accumulated by vpdpwssd instead of madd + add.
+// and the K types' scaled sums accumulated by vpdpwssd instead of madd + add; batches of the
+// 256-weight types take the outer-product path of matmul_int8_tiles.h.
 // The products never reach maddubs' int16 saturation (see matmul_int8_simd.h), so both give the
 // same integers. kernels/CMakeLists.txt compiles *_avx512.cpp for AVX-512 F/BW/VL/DQ; VNNI is added
 // here for this file alone, and the dispatch uses it only where CPUID reports AVX512_VNNI.
@@ -52,42 +53,19 @@ struct VnniDot {
     isum[0] = _mm512_castsi512_si128(pairs);
     isum[1] = _mm512_extracti32x4_epi32(pairs, 2);
   }
-  // A decoded block (matmul_int8_simd.h, step_decoded) against 4 tokens: chunks 2p and 2p + 1 in
-  // one 512-bit step, the activations negated under the mask of the sign source's sign bits (a zero
-  // level has a zero magnitude, so vpsignb's zeroing changes no sum); the same integers.
-  static constexpr bool kWideDecoded = true;
-  [[gnu::always_inline]] static __m128i decoded_sums(const DecodedBlock& blk, const ActBlock256* const* a) {
-    __m512i s[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t) s[t] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; ++p) {
-      const __m512i magnitude = _mm512_load_si512(&blk.magnitude[2 * p]);
-      const __m512i scale = _mm512_load_si512(&blk.scale[2 * p]);
-      const __mmask64 negative = _mm512_movepi8_mask(_mm512_load_si512(&blk.flip[2 * p]));
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
-        const __m512i x = _mm512_loadu_si512(a[t]->qs + 64 * p);
-        const __m512i signed_x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
-        s[t] = _mm512_dpwssd_epi32(s[t], _mm512_maddubs_epi16(magnitude, signed_x), scale);
-      }
-    }
-    __m256i h[4];
-#pragma GCC unroll 4
-    for (int t = 0; t < 4; ++t)
-      h[t] = _mm256_add_epi32(_mm512_castsi512_si256(s[t]), _mm512_extracti64x4_epi64(s[t], 1));
-    return hsum4(h[0], h[1], h[2], h[3]);
-  }
   // The 256-weight types: panels of 16 tokens as outer products (matmul_int8_tiles.h); returns how
-  // many tokens it did, the rest take step256 or step_decoded. A short last panel costs a whole one:
-  // a remainder of kTileShortest tokens or more joins the panels.
+  // many tokens it did, the rest take step_decoded or step256 (4 at a time) and single-token steps.
+  // A short last panel costs about as much as a whole one; a remainder of tile_shortest tokens or
+  // more joins the panels: the single-token step decodes every block once per token, which costs a
+  // K type a third of a panel, IQ4_XS half and an IQ grid type a whole one (BM_MatmulBlock at 16,
+  // 17 and 19 tokens).
   static constexpr bool kTokenTiles = true;
-  static constexpr int64_t kTileShortest = 4;
+  static constexpr int64_t tile_shortest(DType d) { return is_iq_grid_type(d) ? 1 : d == DType::kIQ4_XS ? 2 : 3; }
   template <DType D>
   static int64_t token_tiles(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols,
                              int64_t n_tokens, int64_t row_begin, int64_t row_end) {
     const int64_t whole = n_tokens / kTileTokens * kTileTokens;
-    const int64_t tiled = n_tokens - whole >= kTileShortest ? n_tokens : whole;
+    const int64_t tiled = n_tokens - whole >= tile_shortest(D) ? n_tokens : whole;
     if (tiled > 0) tile_matmul_rows<D>(y, xq, w, rows, cols, tiled, row_begin, row_end);
     return tiled;
   }

@@ -221,6 +221,32 @@ TEST(Int8Matmul, BitIdenticalAcrossThreadsBatchesAndRowRanges) {
   }
 }
 
+// A batch long enough to span several chunks of token panels (the VNNI outer-product path
+// interleaves up to 4 panels of 16 at a time) and a short last panel, over rows that are not a
+// whole number of decoded tiles: every ISA gives the scalar reference's bits, and so does each
+// token alone.
+TEST(Int8Matmul, LongBatchesOfThe256WeightTypesAreBitIdentical) {
+  IsaGuard guard;
+  ThreadPool pool(2);
+  const int64_t rows = 70, cols = 2304, n_tokens = 100;
+  for (DType dtype : kBlockTypes) {
+    if (dtype_block_elements(dtype) != 256) continue;
+    const auto w = test::make_quant_weights(dtype, rows, cols, 41);
+    const auto x = make_activations(n_tokens, cols, 42);
+    const auto reference = product(w, x, n_tokens, Isa::kScalar, BlockActivationMode::kInt8, pool);
+    for (Isa isa : available_isas()) {
+      const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(dtype));
+      expect_bits_equal(product(w, x, n_tokens, isa, BlockActivationMode::kInt8, pool), reference, what);
+      for (int64_t t : {0, 63, 64, 99}) {
+        const std::vector<float> one(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+        expect_bits_equal(product(w, one, 1, isa, BlockActivationMode::kInt8, pool),
+                          std::vector<float>(reference.begin() + t * rows, reference.begin() + (t + 1) * rows),
+                          what + " token " + std::to_string(t) + " alone");
+      }
+    }
+  }
+}
+
 // Activations prepared once (the MoE block's path) give matmul_rows' bits, in both modes, for
 // every weight that shares the prepared format; F16 weights and the f32 mode prepare nothing.
 TEST(Int8Matmul, PreparedActivationsGiveMatmulRowsBits) {
