@@ -120,14 +120,10 @@ int64_t activation_row_bytes(DType weight_dtype, int64_t cols) {
   return is_k_type(weight_dtype) ? cols / 256 * int64_t(sizeof(ActBlock256)) : cols / 32 * int64_t(sizeof(ActBlock32));
 }
 
-void* thread_activation_scratch(int64_t bytes) {
-  thread_local std::vector<uint64_t> scratch;  // 8-byte aligned
-  const size_t words = size_t((bytes + 7) / 8);
-  if (scratch.size() < words) scratch.resize(words);
-  return scratch.data();
-}
-
-uint8_t* thread_tile_scratch(int64_t bytes) {
+namespace {
+// A per-thread buffer of 64-byte lines that grows to the largest request and is then reused.
+template <class Tag>
+uint8_t* thread_lines(int64_t bytes) {
   struct alignas(64) Line {
     uint8_t bytes[64];
   };
@@ -136,6 +132,13 @@ uint8_t* thread_tile_scratch(int64_t bytes) {
   if (scratch.size() < lines) scratch.resize(lines);
   return scratch.data()->bytes;
 }
+struct ActivationLines;
+struct TileLines;
+}  // namespace
+
+void* thread_activation_scratch(int64_t bytes) { return thread_lines<ActivationLines>(bytes); }
+
+uint8_t* thread_tile_scratch(int64_t bytes) { return thread_lines<TileLines>(bytes); }
 
 void quantize_activations_scalar(void* out, const float* x, DType weight_dtype, int64_t n_tokens, int64_t cols) {
   auto* bytes = static_cast<uint8_t*>(out);

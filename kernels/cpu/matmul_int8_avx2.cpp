@@ -1,5 +1,6 @@
 // AVX2 kernels of the 8-bit-activation path for block-type weights (the algorithm is in matmul_int8_simd.h).
 #include "kernels/cpu/matmul_int8_simd.h"
+#include "kernels/cpu/quantize_activations_simd.h"
 
 namespace chronos::kernels {
 

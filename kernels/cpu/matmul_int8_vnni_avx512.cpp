@@ -54,7 +54,7 @@ struct VnniDot {
     isum[1] = _mm512_extracti32x4_epi32(pairs, 2);
   }
   // The 256-weight types: panels of 16 tokens as outer products (matmul_int8_tiles.h); returns how
-  // many tokens it did, the rest take step_decoded or step256 (4 at a time) and single-token steps.
+  // many tokens it did (all but fewer than tile_shortest), the rest take single-token steps.
   // A short last panel costs about as much as a whole one; a remainder of tile_shortest tokens or
   // more joins the panels: the single-token step decodes every block once per token, which costs a
   // K type a third of a panel, IQ4_XS half and an IQ grid type a whole one (BM_MatmulBlock at 16,
