@@ -44,7 +44,8 @@ inline void quantize_activation_block_avx2(const float* x, float* d_out, int8_t*
   }
   if constexpr (N == 256) {
     for (int g = 0; g < 16; ++g) {  // 16 sums of 16 bytes: widen to int16 and add
-      const __m256i w = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * g))), _mm256_set1_epi16(1));
+      const __m256i w = _mm256_madd_epi16(
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16 * g))), _mm256_set1_epi16(1));
       __m128i v = _mm_add_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
       v = _mm_hadd_epi32(v, v);
       v = _mm_hadd_epi32(v, v);
