@@ -40,8 +40,7 @@ constexpr int64_t kInt8TokenPanel = 32;
 // The 8 int32 lanes of the sign-trick product of 32 signed weight levels w and activations x:
 // lane k = sum of w[i] * x[i] over the 4 bytes i of lane k.
 struct Avx2Dot {
-  static constexpr bool kQ8_0Pairs = false;   // no 512-bit step for two Q8_0 blocks x 4 tokens
-  static constexpr bool kTokenTiles = false;  // nor the outer-product batch path (matmul_int8_tiles.h)
+  static constexpr bool kTokenTiles = false;  // no outer-product batch path (matmul_int8_tiles.h)
   static __m256i dot_s8(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
                              _mm256_set1_epi16(1));
@@ -626,29 +625,7 @@ inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* c
   constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
   using Act = std::conditional_t<block_elements_of(D) == 32, ActBlock32, ActBlock256>;
   __m128 acc = _mm_setzero_ps();
-  int64_t b = 0;
-  if constexpr (D == DType::kQ8_0 && R == 1 && Dot::kQ8_0Pairs) {
-    // Two blocks per step on 512-bit vectors (Dot::q8_0_pair): the same integer sums, reduced for
-    // 8 (block, token) pairs at once, and the same f32 steps in block order.
-    for (; b + 2 <= n_blocks; b += 2) {
-      const uint8_t* blk[2] = {rows[0] + b * kBlockBytes, rows[0] + (b + 1) * kBlockBytes};
-      _mm_prefetch(reinterpret_cast<const char*>(blk[0] + kInt8PrefetchBytes), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(blk[1] + kInt8PrefetchBytes), _MM_HINT_T0);
-      const ActBlock32* a[T];
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) a[t] = reinterpret_cast<const ActBlock32*>(acts[t]) + b;
-      __m128i isum[2];
-      Dot::q8_0_pair(isum, blk, a);
-#pragma GCC unroll 2
-      for (int i = 0; i < 2; ++i) {
-        float dx[T];
-#pragma GCC unroll 4
-        for (int t = 0; t < T; ++t) dx[t] = a[t][i].d;
-        acc = _mm_fmadd_ps(lane_products<R, T>(blk + i, 0, dx), _mm_cvtepi32_ps(isum[i]), acc);
-      }
-    }
-  }
-  for (; b < n_blocks; ++b) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* blk[R];
     const Act* a[T];
 #pragma GCC unroll 4
@@ -699,7 +676,7 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
   }
   const int64_t batched = n_tokens / 4 * 4;
   int64_t t_first = 0;  // tokens [0, t_first) done by Dot's outer-product path, where it has one
-  if constexpr (block_elements_of(D) == 256 && Dot::kTokenTiles)
+  if constexpr (Dot::kTokenTiles)
     if (n_tokens > 1) t_first = Dot::template token_tiles<D>(y, xq, w, rows, cols, n_tokens, row_begin, row_end);
   for (int64_t t0 = t_first; t0 < batched; t0 += kInt8TokenPanel) {
     const int64_t t_end = batched - t0 < kInt8TokenPanel ? batched : t0 + kInt8TokenPanel;

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/matmul_int8_simd.h"
 
@@ -245,40 +246,194 @@ template <DType D>
   for (int r = 0; r < kTileBand; ++r) _mm512_storeu_ps(out[r], acc[r]);
 }
 
-// Rows [row_begin, row_end) against tokens [0, n_tokens): y[t * rows + r]; the last panel may be
-// short. Per chunk of panels the activations are interleaved once; per kTileRows rows the
-// blocks are decoded once for every panel of the chunk.
+// The 32-weight types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, MXFP4) the same way, with their own
+// steps: per (row, token, block) the exact integer dot of the levels with the activations, then
+// step32's f32 steps, acc = fma(d * d_x, float(isum), acc) and, for Q4_1 and Q5_1, acc = fma(m *
+// d_x, float(xsum), acc) with xsum the block's activation sum. The codes are the levels plus an
+// offset (Q8_0, IQ4_NL, MXFP4: 128; Q4_0: 8, Q5_0: 16, their nibbles as stored; Q4_1, Q5_1: none,
+// their levels are unsigned), so isum = the codes' dot - offset * xsum (|codes' dot| <= 32 * 255 *
+// 127, exact in int32).
+
+// One activation block of a panel: q[g] holds weights 4 g .. 4 g + 3 of each of the 16 tokens,
+// sums[t] token t's sum of the block's 32 activations, dx[t] its block scale.
+struct alignas(64) PanelBlock32 {
+  int8_t q[8][kTileTokens][4];
+  int32_t sums[kTileTokens];
+  float dx[kTileTokens];
+};
+
+// One weight block of a row: its 32 codes, its scale (MXFP4's E8M0 half-power as f32) and min.
+struct RowBlock32 {
+  uint8_t code[32];
+  float d, m;
+};
+
+constexpr bool has_tile_mins32(DType d) { return d == DType::kQ4_1 || d == DType::kQ5_1; }
+// log2 of the offset of the codes (none for Q4_1 and Q5_1).
+constexpr int tile_offset_log2_32(DType d) {
+  return d == DType::kQ4_0 ? 3 : d == DType::kQ5_0 ? 4 : has_tile_mins32(d) ? -1 : 7;
+}
+
+// The activation rows of n_valid (1..16) tokens as n_blocks PanelBlock32s, two blocks per transpose
+// (an odd last block with zeros beside it); missing tokens' lanes hold zeros.
+inline void interleave_panel32(PanelBlock32* out, const uint8_t* xq, int64_t act_bytes, int64_t n_blocks,
+                               int n_valid) {
+  const ActBlock32* a[kTileTokens];
+  for (int t = 0; t < kTileTokens; ++t) a[t] = reinterpret_cast<const ActBlock32*>(xq + std::min(t, n_valid - 1) * act_bytes);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t b = 0; b < n_blocks; b += 2) {
+    const bool pair = b + 1 < n_blocks;
+    __m512i v[16], q[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < kTileTokens; ++t) {
+      const __m512i first = _mm512_zextsi256_si512(load256(a[t][b].qs));
+      v[t] = t >= n_valid ? _mm512_setzero_si512()
+             : pair       ? _mm512_inserti64x4(first, load256(a[t][b + 1].qs), 1)
+                          : first;
+    }
+    transpose16(q, v);
+    for (int64_t k = 0; k < (pair ? 2 : 1); ++k) {
+      PanelBlock32& p = out[b + k];
+      __m512i sums = _mm512_setzero_si512();
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        _mm512_store_si512(p.q[g], q[8 * k + g]);
+        sums = _mm512_dpbusd_epi32(sums, ones, q[8 * k + g]);
+      }
+      _mm512_store_si512(p.sums, sums);
+      for (int t = 0; t < kTileTokens; ++t) p.dx[t] = t < n_valid ? a[t][b + k].d : 0.0f;
+    }
+  }
+}
+
+// A row's blocks as RowBlock32s.
 template <DType D>
+void decode_row_blocks32(RowBlock32* out, const uint8_t* row, int64_t n_blocks) {
+  constexpr int64_t kBlockBytes = kBlockType<D>.block_bytes;
+  constexpr int kOffset = tile_offset_log2_32(D) < 0 ? 0 : 1 << tile_offset_log2_32(D);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* blk = row + b * kBlockBytes;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].code),
+                        _mm256_add_epi8(levels32<D>(blk), _mm256_set1_epi8(int8_t(kOffset & 0xFF))));
+    out[b].d = D == DType::kMXFP4 ? e8m0_half(blk[mxfp4::e]) : read_f16(blk);
+    out[b].m = has_tile_mins32(D) ? read_f16(blk + q4_1::m) : 0.0f;
+  }
+}
+
+// out[r][t] = rows w[r] (kTileBand of them) against the panel's 16 tokens, over n_blocks blocks.
+template <DType D>
+[[gnu::always_inline]] inline void band_panel32(float (*out)[kTileTokens], const RowBlock32* const* w,
+                                                const PanelBlock32* panel, int64_t n_blocks) {
+  __m512 acc[kTileBand];
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileBand; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const PanelBlock32& p = panel[b];
+    __m512i raw[kTileBand];
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileBand; ++r) raw[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; ++q) {
+      const __m512i x = _mm512_load_si512(p.q[q]);
+#pragma GCC unroll 8
+      for (int r = 0; r < kTileBand; ++r) {
+        int32_t u4;
+        std::memcpy(&u4, w[r][b].code + 4 * q, 4);
+        raw[r] = _mm512_dpbusd_epi32(raw[r], _mm512_set1_epi32(u4), x);
+      }
+    }
+    const __m512 dx = _mm512_load_ps(p.dx);
+    const __m512i sums = _mm512_load_si512(p.sums);
+#pragma GCC unroll 8
+    for (int r = 0; r < kTileBand; ++r) {
+      const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(w[r][b].d), dx);
+      if constexpr (has_tile_mins32(D)) {
+        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(raw[r]), acc[r]);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(w[r][b].m), dx), _mm512_cvtepi32_ps(sums), acc[r]);
+      } else {
+        const __m512i isum = _mm512_sub_epi32(raw[r], _mm512_slli_epi32(sums, tile_offset_log2_32(D)));
+        acc[r] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc[r]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kTileBand; ++r) _mm512_storeu_ps(out[r], acc[r]);
+}
+
+// Rows [row_begin, row_end) against tokens [0, n_tokens): y[t * rows + r]. Tokens [0, n_tiled) go
+// in panels, the last of which may be short; per chunk of panels the activations are interleaved
+// once, per kTileRows rows the blocks are decoded once for every panel of the chunk. The tokens
+// after n_tiled (1 <= n_tiled) take matmul_int8_rows' single-token steps (dot_rt_int8 with 4 rows x
+// 1 token, the same arithmetic per row) on each group of rows while its bytes are still in cache:
+// a separate pass read every weight again from memory for each such token, which cost a Q8_0
+// prefill from RAM 14% of its MoE time.
+template <class Dot, DType D>
 void tile_matmul_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols, int64_t n_tokens,
-                      int64_t row_begin, int64_t row_end) {
-  const int64_t n_blocks = cols / 256, row_bytes = dtype_row_bytes(D, cols);
-  const int64_t act_bytes = activation_row_bytes(D, cols), panel_bytes = n_blocks * int64_t(sizeof(PanelBlock));
+                      int64_t n_tiled, int64_t row_begin, int64_t row_end) {
+  constexpr bool kBlock32 = block_elements_of(D) == 32;
+  using Panel = std::conditional_t<kBlock32, PanelBlock32, PanelBlock>;
+  using Row = std::conditional_t<kBlock32, RowBlock32, RowBlock>;
+  const int64_t n_blocks = cols / block_elements_of(D), row_bytes = dtype_row_bytes(D, cols);
+  const int64_t act_bytes = activation_row_bytes(D, cols), panel_bytes = n_blocks * int64_t(sizeof(Panel));
   const int64_t chunk_panels = std::clamp<int64_t>(kTilePanelBytes / panel_bytes, 1, kTilePanels);
-  const int64_t rows_bytes = kTileRows * n_blocks * int64_t(sizeof(RowBlock));
+  const int64_t rows_bytes = kTileRows * n_blocks * int64_t(sizeof(Row));
   uint8_t* scratch = thread_tile_scratch(chunk_panels * panel_bytes + rows_bytes);
-  auto* panels = reinterpret_cast<PanelBlock*>(scratch);
-  auto* decoded = reinterpret_cast<RowBlock*>(scratch + chunk_panels * panel_bytes);
+  auto* panels = reinterpret_cast<Panel*>(scratch);
+  auto* decoded = reinterpret_cast<Row*>(scratch + chunk_panels * panel_bytes);
   float out[kTileBand][kTileTokens];
-  for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk_panels * kTileTokens) {
-    const int64_t n_panels = std::min(chunk_panels, (n_tokens - t0 + kTileTokens - 1) / kTileTokens);
-    for (int64_t p = 0; p < n_panels; ++p)
-      interleave_panel<D>(panels + p * n_blocks, xq + (t0 + p * kTileTokens) * act_bytes, act_bytes, n_blocks,
-                          int(std::min(kTileTokens, n_tokens - t0 - p * kTileTokens)));
+  for (int64_t t0 = 0; t0 < n_tiled; t0 += chunk_panels * kTileTokens) {
+    const int64_t n_panels = std::min(chunk_panels, (n_tiled - t0 + kTileTokens - 1) / kTileTokens);
+    const bool last_chunk = t0 + n_panels * kTileTokens >= n_tiled;
+    for (int64_t p = 0; p < n_panels; ++p) {
+      const uint8_t* x = xq + (t0 + p * kTileTokens) * act_bytes;
+      const int n_valid = int(std::min(kTileTokens, n_tiled - t0 - p * kTileTokens));
+      if constexpr (kBlock32)
+        interleave_panel32(panels + p * n_blocks, x, act_bytes, n_blocks, n_valid);
+      else
+        interleave_panel<D>(panels + p * n_blocks, x, act_bytes, n_blocks, n_valid);
+    }
     for (int64_t r0 = row_begin; r0 < row_end; r0 += kTileRows) {
       const int64_t n_rows = std::min(kTileRows, row_end - r0);
       const int64_t padded = (n_rows + kTileBand - 1) / kTileBand * kTileBand;
-      for (int64_t r = 0; r < n_rows; ++r)
-        decode_row_blocks<D>(decoded + r * n_blocks, w + (r0 + r) * row_bytes, n_blocks);
+      // Each row's successor kTileRows on into L2 while these rows are decoded, so that it
+      // arrives while the panels pass over them: decoding waited on memory for 30% of this
+      // function's time on a prefill from RAM without it (perf, Q8_0 experts).
+      const int64_t ahead = std::clamp<int64_t>(row_end - r0 - kTileRows, 0, kTileRows);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t* row = w + (r0 + r) * row_bytes;
+        if (r < ahead)
+          for (int64_t line = 0; line < row_bytes; line += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(row + kTileRows * row_bytes + line), _MM_HINT_T1);
+        if constexpr (kBlock32)
+          decode_row_blocks32<D>(decoded + r * n_blocks, row, n_blocks);
+        else
+          decode_row_blocks<D>(decoded + r * n_blocks, row, n_blocks);
+      }
       for (int64_t p = 0; p < n_panels; ++p) {
         for (int64_t band = 0; band < padded; band += kTileBand) {
-          const RowBlock* band_rows[kTileBand];
+          const Row* band_rows[kTileBand];
           for (int64_t r = 0; r < kTileBand; ++r)  // rows past the end repeat the last; their results are dropped
             band_rows[r] = decoded + std::min(band + r, n_rows - 1) * n_blocks;
-          band_panel<D>(out, band_rows, panels + p * n_blocks, n_blocks);
+          if constexpr (kBlock32)
+            band_panel32<D>(out, band_rows, panels + p * n_blocks, n_blocks);
+          else
+            band_panel<D>(out, band_rows, panels + p * n_blocks, n_blocks);
           const int64_t valid = std::min(kTileBand, n_rows - band);
-          const int64_t tokens = std::min(kTileTokens, n_tokens - t0 - p * kTileTokens);
+          const int64_t tokens = std::min(kTileTokens, n_tiled - t0 - p * kTileTokens);
           for (int64_t t = 0; t < tokens; ++t)
             for (int64_t r = 0; r < valid; ++r) y[(t0 + p * kTileTokens + t) * rows + r0 + band + r] = out[r][t];
+        }
+      }
+      if (!last_chunk) continue;
+      for (int64_t r = 0; r < n_rows; r += 4) {  // a group short of 4 rows repeats its first row
+        const int64_t valid = std::min<int64_t>(4, n_rows - r);
+        const uint8_t* group[4];
+        for (int64_t i = 0; i < 4; ++i) group[i] = w + (r0 + r + (i < valid ? i : 0)) * row_bytes;
+        for (int64_t t = n_tiled; t < n_tokens; ++t) {
+          const uint8_t* act[1] = {xq + t * act_bytes};
+          float single[4];
+          dot_rt_int8<Dot, D, 4, 1>(single, group, act, n_blocks);
+          for (int64_t i = 0; i < valid; ++i) y[t * rows + r0 + r + i] = single[i];
         }
       }
     }

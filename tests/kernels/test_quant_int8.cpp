@@ -222,26 +222,31 @@ TEST(Int8Matmul, BitIdenticalAcrossThreadsBatchesAndRowRanges) {
 }
 
 // A batch long enough to span several chunks of token panels (the VNNI outer-product path
-// interleaves up to 4 panels of 16 at a time) and a short last panel, over rows that are not a
-// whole number of decoded tiles: every ISA gives the scalar reference's bits, and so does each
-// token alone.
-TEST(Int8Matmul, LongBatchesOfThe256WeightTypesAreBitIdentical) {
+// interleaves up to 4 panels of 16 at a time) and a short last panel, and one whose last token is
+// left to single-token steps inside that path, over rows that are not a whole number of decoded
+// tiles and, for the 32-weight types, an odd number of blocks (the panels transpose two at a
+// time): every ISA gives the scalar reference's bits, and so does each token alone.
+TEST(Int8Matmul, LongBatchesOfEveryBlockTypeAreBitIdentical) {
   IsaGuard guard;
   ThreadPool pool(2);
-  const int64_t rows = 70, cols = 2304, n_tokens = 100;
+  const int64_t rows = 70;
   for (DType dtype : kBlockTypes) {
-    if (dtype_block_elements(dtype) != 256) continue;
+    const int64_t cols = dtype_block_elements(dtype) == 256 ? 2304 : 2336;
     const auto w = test::make_quant_weights(dtype, rows, cols, 41);
-    const auto x = make_activations(n_tokens, cols, 42);
-    const auto reference = product(w, x, n_tokens, Isa::kScalar, BlockActivationMode::kInt8, pool);
-    for (Isa isa : available_isas()) {
-      const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(dtype));
-      expect_bits_equal(product(w, x, n_tokens, isa, BlockActivationMode::kInt8, pool), reference, what);
-      for (int64_t t : {0, 63, 64, 99}) {
-        const std::vector<float> one(x.begin() + t * cols, x.begin() + (t + 1) * cols);
-        expect_bits_equal(product(w, one, 1, isa, BlockActivationMode::kInt8, pool),
-                          std::vector<float>(reference.begin() + t * rows, reference.begin() + (t + 1) * rows),
-                          what + " token " + std::to_string(t) + " alone");
+    for (int64_t n_tokens : {100, 33}) {
+      const auto x = make_activations(n_tokens, cols, 42);
+      const auto reference = product(w, x, n_tokens, Isa::kScalar, BlockActivationMode::kInt8, pool);
+      for (Isa isa : available_isas()) {
+        const std::string what = std::string(isa_name(isa)) + " " + std::string(dtype_name(dtype)) + " " +
+                                 std::to_string(n_tokens) + " tokens";
+        expect_bits_equal(product(w, x, n_tokens, isa, BlockActivationMode::kInt8, pool), reference, what);
+        for (int64_t t : {int64_t(0), int64_t(63), n_tokens - 1}) {
+          if (t >= n_tokens) continue;
+          const std::vector<float> one(x.begin() + t * cols, x.begin() + (t + 1) * cols);
+          expect_bits_equal(product(w, one, 1, isa, BlockActivationMode::kInt8, pool),
+                            std::vector<float>(reference.begin() + t * rows, reference.begin() + (t + 1) * rows),
+                            what + ", token " + std::to_string(t) + " alone");
+        }
       }
     }
   }
