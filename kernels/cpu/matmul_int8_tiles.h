@@ -276,10 +276,10 @@ constexpr int tile_offset_log2_32(DType d) {
 
 // The activation rows of n_valid (1..16) tokens as n_blocks PanelBlock32s, two blocks per transpose
 // (an odd last block with zeros beside it); missing tokens' lanes hold zeros.
-inline void interleave_panel32(PanelBlock32* out, const uint8_t* xq, int64_t act_bytes, int64_t n_blocks,
-                               int n_valid) {
+inline void interleave_panel32(PanelBlock32* out, const uint8_t* xq, int64_t act_bytes, int64_t n_blocks, int n_valid) {
   const ActBlock32* a[kTileTokens];
-  for (int t = 0; t < kTileTokens; ++t) a[t] = reinterpret_cast<const ActBlock32*>(xq + std::min(t, n_valid - 1) * act_bytes);
+  for (int t = 0; t < kTileTokens; ++t)
+    a[t] = reinterpret_cast<const ActBlock32*>(xq + std::min(t, n_valid - 1) * act_bytes);
   const __m512i ones = _mm512_set1_epi8(1);
   for (int64_t b = 0; b < n_blocks; b += 2) {
     const bool pair = b + 1 < n_blocks;
