@@ -62,6 +62,7 @@ class KvCache {
  public:
   KvCache(const ModelConfig& cfg, int64_t n_ctx);
   int64_t n_ctx() const { return n_ctx_; }
+  int64_t kv_dim() const { return kv_dim_; }  // floats from one position's keys to the next's
   float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * n_ctx_ + pos) * kv_dim_; }  // [kv_dim]
   float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * n_ctx_ + pos) * kv_dim_; }  // [kv_dim]
   int64_t n_bytes() const { return int64_t((k_.size() + v_.size()) * sizeof(float)); }

@@ -22,21 +22,19 @@ void attend_head(float* out, const float* q, KvCache& kv, int64_t layer, int64_t
   for (int64_t block = first; block <= last; block += kBlock) {
     const int64_t count = std::min(kBlock, last - block + 1);
     float block_max = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < count; ++j) {
-      scores[j] = ops::dot(q, kv.k(layer, block + j) + kv_offset, head_dim) * scale;
-      block_max = std::max(block_max, scores[j]);
-    }
+    ops::dot_rows(scores, q, kv.k(layer, block) + kv_offset, kv.kv_dim(), count, head_dim, scale);
+    for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, scores[j]);
     const float new_max = std::max(running_max, block_max);
     const float correction = std::exp(running_max - new_max);  // 0 on the first block
     if (correction != 1.0f) {
       for (int64_t i = 0; i < head_dim; ++i) out[i] *= correction;
       running_sum *= correction;
     }
-    for (int64_t j = 0; j < count; ++j) {
-      const float p = std::exp(scores[j] - new_max);
-      running_sum += p;
-      ops::axpy(out, p, kv.v(layer, block + j) + kv_offset, head_dim);
+    for (int64_t j = 0; j < count; ++j) {  // the scores become the weights of the values
+      scores[j] = std::exp(scores[j] - new_max);
+      running_sum += scores[j];
     }
+    ops::axpy_rows(out, scores, kv.v(layer, block) + kv_offset, kv.kv_dim(), count, head_dim);
     running_max = new_max;
   }
   const float inv = 1.0f / running_sum;

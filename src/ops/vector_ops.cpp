@@ -1,4 +1,5 @@
-// ops::rmsnorm, softmax, silu_mul, dot, axpy (and all_finite): thin wrappers over the active kernel table.
+// ops::rmsnorm, softmax, silu_mul, dot, axpy, dot_rows, axpy_rows (and all_finite): thin wrappers over the active
+// kernel table.
 #include "chronos/error.h"
 #include "chronos/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -39,6 +40,18 @@ bool all_finite(const float* x, int64_t n) {
 void axpy(float* y, float alpha, const float* x, int64_t n) {
   CHRONOS_CHECK(n >= 0);
   kernels::active_kernels().axpy(y, alpha, x, n);
+}
+
+void dot_rows(float* out, const float* q, const float* rows, int64_t stride, int64_t count, int64_t n, float scale) {
+  CHRONOS_CHECK(n >= 0 && count >= 0);
+  const auto dot = kernels::active_kernels().dot;
+  for (int64_t j = 0; j < count; ++j) out[j] = dot(q, rows + j * stride, n) * scale;
+}
+
+void axpy_rows(float* y, const float* alpha, const float* rows, int64_t stride, int64_t count, int64_t n) {
+  CHRONOS_CHECK(n >= 0 && count >= 0);
+  const auto axpy = kernels::active_kernels().axpy;
+  for (int64_t j = 0; j < count; ++j) axpy(y, alpha[j], rows + j * stride, n);
 }
 
 void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t k, bool normalize) {
