@@ -651,6 +651,26 @@ inline void dot_rt_int8(float* out, const uint8_t* const* rows, const uint8_t* c
   _mm_storeu_ps(out, acc);
 }
 
+// Rows [row_begin, row_end) against tokens [t_begin, t_end), one token at a time: groups of 4
+// adjacent rows (a group short of 4 repeats its first row and drops the extra results).
+template <class Dot, DType D>
+void single_token_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols, int64_t row_begin,
+                       int64_t row_end, int64_t t_begin, int64_t t_end) {
+  const int64_t row_bytes = dtype_row_bytes(D, cols), act_bytes = activation_row_bytes(D, cols);
+  const int64_t n_blocks = cols / block_elements_of(D);
+  for (int64_t r = row_begin; r < row_end; r += 4) {
+    const int n_rows = row_end - r < 4 ? int(row_end - r) : 4;
+    const uint8_t* group[4];
+    for (int i = 0; i < 4; ++i) group[i] = w + (r + (i < n_rows ? i : 0)) * row_bytes;
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const uint8_t* act[1] = {xq + t * act_bytes};
+      float out[4];
+      dot_rt_int8<Dot, D, 4, 1>(out, group, act, n_blocks);
+      for (int i = 0; i < n_rows; ++i) y[t * rows + r + i] = out[i];
+    }
+  }
+}
+
 // Rows [row_begin, row_end) for n_tokens tokens. One token: 4 row streams over 4 contiguous slices
 // (as matvec_block_rows; 4 adjacent rows read as one stream ran at half the rate, 8 streams gained
 // nothing on Q4_K and lost on Q6_K). More: per panel of tokens, each row once per 4 tokens (its blocks stay in
@@ -696,16 +716,7 @@ void matmul_int8_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
     }
   }
   const int64_t t_rest = std::max(batched, t_first);  // the tokens left for single-token steps
-  if (t_rest == n_tokens) return;
-  for (int64_t r = row_begin; r < row_end; r += 4) {
-    const int n_rows = row_end - r < 4 ? int(row_end - r) : 4;
-    for (int i = 0; i < 4; ++i) group[i] = w + (r + (i < n_rows ? i : 0)) * row_bytes;
-    for (int64_t t = t_rest; t < n_tokens; ++t) {
-      acts[0] = xq + t * act_bytes;
-      dot_rt_int8<Dot, D, 4, 1>(out, group, acts, n_blocks);
-      for (int i = 0; i < n_rows; ++i) y[t * rows + r + i] = out[i];
-    }
-  }
+  single_token_rows<Dot, D>(y, xq, w, rows, cols, row_begin, row_end, t_rest, n_tokens);
 }
 
 template <class T>

@@ -424,18 +424,7 @@ void tile_matmul_rows(float* y, const uint8_t* xq, const uint8_t* w, int64_t row
             for (int64_t r = 0; r < valid; ++r) y[(t0 + p * kTileTokens + t) * rows + r0 + band + r] = out[r][t];
         }
       }
-      if (!last_chunk) continue;
-      for (int64_t r = 0; r < n_rows; r += 4) {  // a group short of 4 rows repeats its first row
-        const int64_t valid = std::min<int64_t>(4, n_rows - r);
-        const uint8_t* group[4];
-        for (int64_t i = 0; i < 4; ++i) group[i] = w + (r0 + r + (i < valid ? i : 0)) * row_bytes;
-        for (int64_t t = n_tiled; t < n_tokens; ++t) {
-          const uint8_t* act[1] = {xq + t * act_bytes};
-          float single[4];
-          dot_rt_int8<Dot, D, 4, 1>(single, group, act, n_blocks);
-          for (int64_t i = 0; i < valid; ++i) y[t * rows + r0 + r + i] = single[i];
-        }
-      }
+      if (last_chunk) single_token_rows<Dot, D>(y, xq, w, rows, cols, r0, r0 + n_rows, n_tiled, n_tokens);
     }
   }
 }
