@@ -67,13 +67,28 @@ void reserve_thread_buffers(ThreadPool& pool);
 //   matmul / matmul_rows call (or prepare_activations), then integer dot products and one f32
 //   step per block. Faster, with a relative error of about 0.5% on the product. Bit-identical
 //   across ISAs, thread counts and batch sizes, as kF32 is.
-// F32/F16/BF16 weights always take the f32 path. The initial mode is kInt8 unless the environment
-// variable CHRONOS_BLOCK_ACTIVATIONS is "f32" ("int8" is also accepted; anything else is an Error
-// at first use).
+// F32/F16 weights always take the f32 path, BF16 weights Bf16ActivationMode's. The initial mode
+// is kInt8 unless the environment variable CHRONOS_BLOCK_ACTIVATIONS is "f32" ("int8" is also
+// accepted; anything else is an Error at first use).
 enum class BlockActivationMode { kF32, kInt8 };
 void set_block_activation_mode(BlockActivationMode mode);  // process-wide, as set_isa
 BlockActivationMode block_activation_mode();
 const char* block_activation_mode_name(BlockActivationMode mode);
+
+// How matmul multiplies BF16 weights:
+// - kF32: the weights widened to f32 exactly, times the f32 activations (f32 FMA); every CPU.
+// - kBf16: each activation row rounded to bf16 (nearest even) once per matmul / matmul_rows call
+//   (or prepare_activations), then vdpbf16ps straight from the stored weights: about 2x the f32
+//   path's prefill. Only where the CPU has AVX512_BF16; elsewhere BF16 weights take kF32 in
+//   either mode. Bit-identical across thread counts and batch sizes (a token alone or in a batch),
+//   as kF32 is; the rounding's effect on quality is measured in docs/prefill.md.
+// The initial mode is kF32, which keeps a BF16 model's logits equal to transformers' float32 run,
+// unless the environment variable CHRONOS_BF16_ACTIVATIONS is "bf16" (what llama.cpp does to the
+// activations of BF16 weights; "f32" is also accepted, anything else is an Error at first use).
+enum class Bf16ActivationMode { kF32, kBf16 };
+void set_bf16_activation_mode(Bf16ActivationMode mode);  // process-wide, as set_isa
+Bf16ActivationMode bf16_activation_mode();
+const char* bf16_activation_mode_name(Bf16ActivationMode mode);
 
 // Copies row `row` of w into out[w.cols] as f32 (embedding lookup).
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row);

@@ -29,6 +29,13 @@ struct CpuKernels {
   void (*silu_mul)(float* out, const float* gate, const float* up, int64_t n);
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float* y, float alpha, const float* x, int64_t n);
+  // The bf16-activation path for BF16 weights (matmul_bf16_avx512.cpp), only in the table of a CPU
+  // with AVX512_BF16 (null elsewhere): activations_to_bf16 rounds n activations to bf16 (f32_to_bf16),
+  // matmul_rows_bf16 is matmul_rows over those rows with vdpbf16ps, bit-identical to
+  // matmul_rows_bf16_scalar.
+  void (*activations_to_bf16)(uint16_t* out, const float* x, int64_t n);
+  void (*matmul_rows_bf16)(float* y, const uint16_t* xb, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                           int64_t row_end);
 };
 
 // The table for `isa`; CHRONOS_CHECKs that the CPU supports it.
@@ -87,6 +94,18 @@ void silu_mul_scalar(float* out, const float* gate, const float* up, int64_t n);
 float dot_scalar(const float* a, const float* b, int64_t n);
 void axpy_scalar(float* y, float alpha, const float* x, int64_t n);
 
+// The bf16-activation reference (matmul_bf16.cpp): per (row, token) kBf16Lanes f32 partial sums
+// over the columns in chunks of 2 * kBf16Lanes, lane j adding the exact product of pair element
+// 2j + 1 and then of 2j (vdpbf16ps' order; denormal inputs and results are zeros), a zero-padded
+// tail, then reduce_bf16_lanes. Bit-equal to the hardware whenever no product or partial sum
+// overflows or falls below the normal range (where vdpbf16ps keeps a wider exponent).
+constexpr int kBf16Lanes = 16;
+// a8[i] = l[i] + l[i + 8], a4[i] = a8[i] + a8[i + 4], then (a4[0] + a4[2]) + (a4[1] + a4[3]).
+float reduce_bf16_lanes(const float* lanes);
+void activations_to_bf16_scalar(uint16_t* out, const float* x, int64_t n);
+void matmul_rows_bf16_scalar(float* y, const uint16_t* xb, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                             int64_t row_end);
+
 // AVX2 + FMA + F16C (matmul_avx2.cpp, vector_ops_avx2.cpp).
 void matmul_rows_avx2(float* y, const float* x, const WeightView& w, int64_t n_tokens, int64_t row_begin,
                       int64_t row_end);
@@ -108,6 +127,10 @@ void row_to_f32_avx512(float* out, const void* row, DType dtype, int64_t n);
 // 256-bit vectors for the 32-weight types and vpdpwssd for the K types' scaled sums; chosen only
 // where CPUID reports AVX512_VNNI.
 void matmul_rows_int8_avx512vnni(float* y, const void* xq, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                                 int64_t row_end);
+// AVX-512 + AVX512_BF16 (matmul_bf16_avx512.cpp): chosen only where CPUID reports AVX512_BF16.
+void activations_to_bf16_avx512bf16(uint16_t* out, const float* x, int64_t n);
+void matmul_rows_bf16_avx512bf16(float* y, const uint16_t* xb, const WeightView& w, int64_t n_tokens, int64_t row_begin,
                                  int64_t row_end);
 void rmsnorm_avx512(float* y, const float* x, const float* weight, int64_t n, float eps);
 void softmax_avx512(float* x, int64_t n);

@@ -10,20 +10,44 @@ namespace chronos {
 namespace {
 
 constexpr kernels::CpuKernels kScalar = {
-    kernels::matmul_rows_scalar,      kernels::row_to_f32_scalar, kernels::quantize_activations_scalar,
-    kernels::matmul_rows_int8_scalar, kernels::rmsnorm_scalar,    kernels::softmax_scalar,
-    kernels::silu_mul_scalar,         kernels::dot_scalar,        kernels::axpy_scalar,
+    kernels::matmul_rows_scalar,
+    kernels::row_to_f32_scalar,
+    kernels::quantize_activations_scalar,
+    kernels::matmul_rows_int8_scalar,
+    kernels::rmsnorm_scalar,
+    kernels::softmax_scalar,
+    kernels::silu_mul_scalar,
+    kernels::dot_scalar,
+    kernels::axpy_scalar,
+    nullptr,
+    nullptr,
 };
 constexpr kernels::CpuKernels kAvx2 = {
-    kernels::matmul_rows_avx2,      kernels::row_to_f32_avx2, kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx2,    kernels::softmax_avx2,
-    kernels::silu_mul_avx2,         kernels::dot_avx2,        kernels::axpy_avx2,
+    kernels::matmul_rows_avx2,
+    kernels::row_to_f32_avx2,
+    kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2,
+    kernels::rmsnorm_avx2,
+    kernels::softmax_avx2,
+    kernels::silu_mul_avx2,
+    kernels::dot_avx2,
+    kernels::axpy_avx2,
+    nullptr,
+    nullptr,
 };
 // The integer-dot kernels are 256-bit: without VNNI the AVX-512 table uses the AVX2 ones.
 constexpr kernels::CpuKernels kAvx512 = {
-    kernels::matmul_rows_avx512,    kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx512,    kernels::softmax_avx512,
-    kernels::silu_mul_avx512,       kernels::dot_avx512,        kernels::axpy_avx512,
+    kernels::matmul_rows_avx512,
+    kernels::row_to_f32_avx512,
+    kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2,
+    kernels::rmsnorm_avx512,
+    kernels::softmax_avx512,
+    kernels::silu_mul_avx512,
+    kernels::dot_avx512,
+    kernels::axpy_avx512,
+    nullptr,
+    nullptr,
 };
 constexpr kernels::CpuKernels kAvx512Vnni = {
     kernels::matmul_rows_avx512,
@@ -35,6 +59,22 @@ constexpr kernels::CpuKernels kAvx512Vnni = {
     kernels::silu_mul_avx512,
     kernels::dot_avx512,
     kernels::axpy_avx512,
+    nullptr,
+    nullptr,
+};
+// With AVX512_BF16 as well (Cooper Lake, Sapphire Rapids, Zen 4): the bf16-activation path.
+constexpr kernels::CpuKernels kAvx512VnniBf16 = {
+    kernels::matmul_rows_avx512,
+    kernels::row_to_f32_avx512,
+    kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx512vnni,
+    kernels::rmsnorm_avx512,
+    kernels::softmax_avx512,
+    kernels::silu_mul_avx512,
+    kernels::dot_avx512,
+    kernels::axpy_avx512,
+    kernels::activations_to_bf16_avx512bf16,
+    kernels::matmul_rows_bf16_avx512bf16,
 };
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 rejects "f16c" in __builtin_cpu_supports,
@@ -60,6 +100,12 @@ Isa probe_isa() {
 bool cpu_has_avx512_vnni() {
   static const bool vnni = detect_isa() == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");
   return vnni;
+}
+
+// AVX512_BF16 (vdpbf16ps) with VNNI and the AVX-512 set above; only the bf16-activation path uses it.
+bool cpu_has_avx512_bf16() {
+  static const bool bf16 = cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16");
+  return bf16;
 }
 
 // The process-wide choice set_isa() changes; -1 until first used. Kept here rather than in an
@@ -99,7 +145,7 @@ namespace kernels {
 const CpuKernels& kernels_for(Isa isa) {
   CHRONOS_CHECK_MSG(int(isa) <= int(detect_isa()), "kernels_for: the CPU lacks {}", isa_name(isa));
   switch (isa) {
-    case Isa::kAvx512: return cpu_has_avx512_vnni() ? kAvx512Vnni : kAvx512;
+    case Isa::kAvx512: return cpu_has_avx512_bf16() ? kAvx512VnniBf16 : cpu_has_avx512_vnni() ? kAvx512Vnni : kAvx512;
     case Isa::kAvx2: return kAvx2;
     case Isa::kScalar: break;
   }

@@ -3,8 +3,8 @@
 //
 // Numerics: every output y[t, r] is one vector accumulator (kLanes partial sums) advanced by
 // exact f32 FMA over the columns in order, a zero-padded tail, then V::reduce_add. Weights are
-// converted to f32 exactly (f16 via F16C, bf16 by a shift), activations stay f32; the
-// AVX512-BF16 dot product (vdpbf16ps) is not used because it would round x to bf16.
+// converted to f32 exactly (f16 via F16C, bf16 by a shift), activations stay f32. (The
+// bf16-activation path with vdpbf16ps is matmul_bf16_avx512.cpp, chosen by ops::matmul.)
 // The arithmetic for one (t, r) never depends on how rows or tokens are blocked, so the result is
 // the same whatever row range a thread gets and whatever n_tokens is (matvec == matmul).
 #pragma once

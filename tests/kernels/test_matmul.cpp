@@ -18,8 +18,11 @@ using test::make_weights;
 
 const DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
+// The exact paths (BF16 weights with f32 activations; the bf16-activation path is
+// test_matmul_bf16.cpp's).
 TEST(Matmul, MatchesReferenceForEveryIsaDtypeAndShape) {
   IsaGuard guard;
+  const test::Bf16ModeGuard exact(ops::Bf16ActivationMode::kF32);
   ThreadPool pool(1);
   for (Isa isa : available_isas()) {
     set_isa(isa);
@@ -41,31 +44,35 @@ TEST(Matmul, MatchesReferenceForEveryIsaDtypeAndShape) {
 }
 
 // Each output row is computed by one thread with a fixed reduction order, so the thread count
-// cannot change a single bit; and a token's result does not depend on the other tokens.
+// cannot change a single bit; and a token's result does not depend on the other tokens. Both
+// BF16 activation modes.
 TEST(Matmul, BitIdenticalAcrossThreadCountsAndTokenCounts) {
   IsaGuard guard;
+  test::Bf16ModeGuard mode_guard(ops::bf16_activation_mode());
   ThreadPool pool1(1), pool2(2), pool3(3);
   for (Isa isa : available_isas()) {
     set_isa(isa);
-    for (DType dtype : kDTypes) {
-      for (int64_t n_tokens : {1, 5, 9}) {
-        const int64_t rows = 1000, cols = 301;  // large enough to be split across threads
-        const auto w = make_weights(dtype, rows, cols, 42);
-        const auto x = test::random_floats(n_tokens * cols, 43);
-        std::vector<float> y1(size_t(n_tokens * rows)), y2(y1.size()), y3(y1.size());
-        ops::matmul(y1.data(), x.data(), w.view(), n_tokens, pool1);
-        ops::matmul(y2.data(), x.data(), w.view(), n_tokens, pool2);
-        ops::matmul(y3.data(), x.data(), w.view(), n_tokens, pool3);
-        ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4)) << isa_name(isa);
-        ASSERT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << isa_name(isa);
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          std::vector<float> single(static_cast<size_t>(rows));
-          ops::matmul(single.data(), x.data() + t * cols, w.view(), 1, pool2);
-          ASSERT_EQ(0, std::memcmp(single.data(), y1.data() + t * rows, size_t(rows) * 4))
-              << isa_name(isa) << " token " << t;
+    for (const auto mode : {ops::Bf16ActivationMode::kF32, ops::Bf16ActivationMode::kBf16})
+      for (DType dtype : kDTypes) {
+        ops::set_bf16_activation_mode(mode);
+        for (int64_t n_tokens : {1, 5, 9}) {
+          const int64_t rows = 1000, cols = 301;  // large enough to be split across threads
+          const auto w = make_weights(dtype, rows, cols, 42);
+          const auto x = test::random_floats(n_tokens * cols, 43);
+          std::vector<float> y1(size_t(n_tokens * rows)), y2(y1.size()), y3(y1.size());
+          ops::matmul(y1.data(), x.data(), w.view(), n_tokens, pool1);
+          ops::matmul(y2.data(), x.data(), w.view(), n_tokens, pool2);
+          ops::matmul(y3.data(), x.data(), w.view(), n_tokens, pool3);
+          ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), y1.size() * 4)) << isa_name(isa);
+          ASSERT_EQ(0, std::memcmp(y1.data(), y3.data(), y1.size() * 4)) << isa_name(isa);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            std::vector<float> single(static_cast<size_t>(rows));
+            ops::matmul(single.data(), x.data() + t * cols, w.view(), 1, pool2);
+            ASSERT_EQ(0, std::memcmp(single.data(), y1.data() + t * rows, size_t(rows) * 4))
+                << isa_name(isa) << " token " << t;
+          }
         }
       }
-    }
   }
 }
 

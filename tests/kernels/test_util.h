@@ -99,6 +99,15 @@ struct BlockModeGuard {
   ops::BlockActivationMode saved;
 };
 
+// Sets the BF16-weight activation mode for a scope and restores the previous one.
+struct Bf16ModeGuard {
+  explicit Bf16ModeGuard(ops::Bf16ActivationMode mode) : saved(ops::bf16_activation_mode()) {
+    ops::set_bf16_activation_mode(mode);
+  }
+  ~Bf16ModeGuard() { ops::set_bf16_activation_mode(saved); }
+  ops::Bf16ActivationMode saved;
+};
+
 // A [rows, cols] block-type matrix of random weights and the exact f32 value of every weight it stores.
 struct QuantWeights {
   DType dtype;
