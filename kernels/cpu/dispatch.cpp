@@ -63,19 +63,12 @@ constexpr kernels::CpuKernels kAvx512Vnni = {
     nullptr,
 };
 // With AVX512_BF16 as well (Cooper Lake, Sapphire Rapids, Zen 4): the bf16-activation path.
-constexpr kernels::CpuKernels kAvx512VnniBf16 = {
-    kernels::matmul_rows_avx512,
-    kernels::row_to_f32_avx512,
-    kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx512vnni,
-    kernels::rmsnorm_avx512,
-    kernels::softmax_avx512,
-    kernels::silu_mul_avx512,
-    kernels::dot_avx512,
-    kernels::axpy_avx512,
-    kernels::activations_to_bf16_avx512bf16,
-    kernels::matmul_rows_bf16_avx512bf16,
-};
+constexpr kernels::CpuKernels with_bf16(kernels::CpuKernels table) {
+  table.activations_to_bf16 = kernels::activations_to_bf16_avx512bf16;
+  table.matmul_rows_bf16 = kernels::matmul_rows_bf16_avx512bf16;
+  return table;
+}
+constexpr kernels::CpuKernels kAvx512VnniBf16 = with_bf16(kAvx512Vnni);
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang before 16 rejects "f16c" in __builtin_cpu_supports,
 // and one code path for both compilers keeps the check the same everywhere. F16C uses the AVX

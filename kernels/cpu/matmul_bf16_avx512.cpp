@@ -89,7 +89,8 @@ void rows_times_tokens(float* y, int64_t y_stride, const uint16_t* x, int64_t n_
   for (; t + TB <= n_tokens; t += TB, next = nullptr)
     dot_tile<RB, TB>(y + t * y_stride, y_stride, x + t * cols, rows, cols, next);
   if constexpr (TB > 1) {
-    if (t < n_tokens) rows_times_tokens<RB, TB - 1>(y + t * y_stride, y_stride, x + t * cols, n_tokens - t, rows, cols, next);
+    if (t < n_tokens)
+      rows_times_tokens<RB, TB - 1>(y + t * y_stride, y_stride, x + t * cols, n_tokens - t, rows, cols, next);
   }
 }
 
@@ -134,8 +135,8 @@ void activations_to_bf16_avx512bf16(uint16_t* out, const float* x, int64_t n) {
   }
 }
 
-void matmul_rows_bf16_avx512bf16(float* y, const uint16_t* xb, const WeightView& w, int64_t n_tokens,
-                                 int64_t row_begin, int64_t row_end) {
+void matmul_rows_bf16_avx512bf16(float* y, const uint16_t* xb, const WeightView& w, int64_t n_tokens, int64_t row_begin,
+                                 int64_t row_end) {
   constexpr int RB = 4, TB = 4;  // 16 accumulators, 4 weight vectors and a token vector
   const auto* weights = static_cast<const uint16_t*>(w.data);
   const int64_t cols = w.cols;
