@@ -3,6 +3,7 @@
 // reference bit for bit, and ops::matmul's choice of path on this CPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -90,7 +91,7 @@ TEST(Bf16Activations, RoundingIsNearestEvenAndKeepsNaN) {
     std::vector<uint16_t> want(static_cast<size_t>(n));
     k->activations_to_bf16(got.data(), bits.data(), n);
     kernels::activations_to_bf16_scalar(want.data(), bits.data(), n);
-    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), size_t(n) * 2)) << "n " << n;
+    ASSERT_TRUE(std::equal(want.begin(), want.end(), got.begin())) << "n " << n;
     ASSERT_EQ(got[size_t(n)], 0xABCD) << "wrote past n = " << n;
   }
 }
