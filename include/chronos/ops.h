@@ -88,7 +88,6 @@ const char* block_activation_mode_name(BlockActivationMode mode);
 enum class Bf16ActivationMode { kF32, kBf16 };
 void set_bf16_activation_mode(Bf16ActivationMode mode);  // process-wide, as set_isa
 Bf16ActivationMode bf16_activation_mode();
-const char* bf16_activation_mode_name(Bf16ActivationMode mode);
 
 // Copies row `row` of w into out[w.cols] as f32 (embedding lookup).
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row);

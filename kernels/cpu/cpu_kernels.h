@@ -97,11 +97,11 @@ void axpy_scalar(float* y, float alpha, const float* x, int64_t n);
 // The bf16-activation reference (matmul_bf16.cpp): per (row, token) kBf16Lanes f32 partial sums
 // over the columns in chunks of 2 * kBf16Lanes, lane j adding the exact product of pair element
 // 2j + 1 and then of 2j (vdpbf16ps' order; denormal inputs and results are zeros), a zero-padded
-// tail, then reduce_bf16_lanes. Bit-equal to the hardware whenever no product or partial sum
+// tail, then the lane sum below. Bit-equal to the hardware whenever no product or partial sum
 // overflows or falls below the normal range (where vdpbf16ps keeps a wider exponent).
+// The lanes are summed as a8[i] = l[i] + l[i + 8], a4[i] = a8[i] + a8[i + 4], then
+// (a4[0] + a4[2]) + (a4[1] + a4[3]).
 constexpr int kBf16Lanes = 16;
-// a8[i] = l[i] + l[i + 8], a4[i] = a8[i] + a8[i + 4], then (a4[0] + a4[2]) + (a4[1] + a4[3]).
-float reduce_bf16_lanes(const float* lanes);
 void activations_to_bf16_scalar(uint16_t* out, const float* x, int64_t n);
 void matmul_rows_bf16_scalar(float* y, const uint16_t* xb, const WeightView& w, int64_t n_tokens, int64_t row_begin,
                              int64_t row_end);

@@ -10,59 +10,29 @@ namespace chronos {
 namespace {
 
 constexpr kernels::CpuKernels kScalar = {
-    kernels::matmul_rows_scalar,
-    kernels::row_to_f32_scalar,
-    kernels::quantize_activations_scalar,
-    kernels::matmul_rows_int8_scalar,
-    kernels::rmsnorm_scalar,
-    kernels::softmax_scalar,
-    kernels::silu_mul_scalar,
-    kernels::dot_scalar,
-    kernels::axpy_scalar,
-    nullptr,
-    nullptr,
+    kernels::matmul_rows_scalar,      kernels::row_to_f32_scalar, kernels::quantize_activations_scalar,
+    kernels::matmul_rows_int8_scalar, kernels::rmsnorm_scalar,    kernels::softmax_scalar,
+    kernels::silu_mul_scalar,         kernels::dot_scalar,        kernels::axpy_scalar,
 };
 constexpr kernels::CpuKernels kAvx2 = {
-    kernels::matmul_rows_avx2,
-    kernels::row_to_f32_avx2,
-    kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx2,
-    kernels::rmsnorm_avx2,
-    kernels::softmax_avx2,
-    kernels::silu_mul_avx2,
-    kernels::dot_avx2,
-    kernels::axpy_avx2,
-    nullptr,
-    nullptr,
+    kernels::matmul_rows_avx2,      kernels::row_to_f32_avx2, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx2,    kernels::softmax_avx2,
+    kernels::silu_mul_avx2,         kernels::dot_avx2,        kernels::axpy_avx2,
 };
 // The integer-dot kernels are 256-bit: without VNNI the AVX-512 table uses the AVX2 ones.
 constexpr kernels::CpuKernels kAvx512 = {
-    kernels::matmul_rows_avx512,
-    kernels::row_to_f32_avx512,
-    kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx2,
-    kernels::rmsnorm_avx512,
-    kernels::softmax_avx512,
-    kernels::silu_mul_avx512,
-    kernels::dot_avx512,
-    kernels::axpy_avx512,
-    nullptr,
-    nullptr,
+    kernels::matmul_rows_avx512,    kernels::row_to_f32_avx512, kernels::quantize_activations_avx2,
+    kernels::matmul_rows_int8_avx2, kernels::rmsnorm_avx512,    kernels::softmax_avx512,
+    kernels::silu_mul_avx512,       kernels::dot_avx512,        kernels::axpy_avx512,
 };
-constexpr kernels::CpuKernels kAvx512Vnni = {
-    kernels::matmul_rows_avx512,
-    kernels::row_to_f32_avx512,
-    kernels::quantize_activations_avx2,
-    kernels::matmul_rows_int8_avx512vnni,
-    kernels::rmsnorm_avx512,
-    kernels::softmax_avx512,
-    kernels::silu_mul_avx512,
-    kernels::dot_avx512,
-    kernels::axpy_avx512,
-    nullptr,
-    nullptr,
-};
-// With AVX512_BF16 as well (Cooper Lake, Sapphire Rapids, Zen 4): the bf16-activation path.
+// With VNNI, the integer-dot kernels of matmul_int8_vnni_avx512.cpp.
+constexpr kernels::CpuKernels with_vnni(kernels::CpuKernels table) {
+  table.matmul_rows_int8 = kernels::matmul_rows_int8_avx512vnni;
+  return table;
+}
+constexpr kernels::CpuKernels kAvx512Vnni = with_vnni(kAvx512);
+// With AVX512_BF16 as well (Cooper Lake, Sapphire Rapids, Zen 4): the bf16-activation path; the
+// other tables leave its two entries null.
 constexpr kernels::CpuKernels with_bf16(kernels::CpuKernels table) {
   table.activations_to_bf16 = kernels::activations_to_bf16_avx512bf16;
   table.matmul_rows_bf16 = kernels::matmul_rows_bf16_avx512bf16;

@@ -13,10 +13,19 @@ inline float flush_denormal(float v) { return std::fpclassify(v) == FP_SUBNORMAL
 
 inline float bf16_input(uint16_t bits) { return flush_denormal(bf16_to_f32(bits)); }
 
+// a8[i] = l[i] + l[i + 8], a4[i] = a8[i] + a8[i + 4], then (a4[0] + a4[2]) + (a4[1] + a4[3]): the
+// order of the AVX-512 kernel's reduce().
+float reduce_bf16_lanes(const float* lanes) {
+  float a8[8], a4[4];
+  for (int i = 0; i < 8; ++i) a8[i] = lanes[i] + lanes[i + 8];
+  for (int i = 0; i < 4; ++i) a4[i] = a8[i] + a8[i + 4];
+  return (a4[0] + a4[2]) + (a4[1] + a4[3]);
+}
+
 // One (row, token) product: kBf16Lanes f32 partial sums over the columns in chunks of
 // 2 * kBf16Lanes; lane j of a chunk adds the product of pair element 2j + 1, then of 2j (each
 // product of two bf16 values is exact in f32, each addition rounds to nearest even). Columns
-// past the end are zeros. Then the lanes are summed as reduce_bf16_lanes says.
+// past the end are zeros. Then the lanes are summed by reduce_bf16_lanes.
 float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t cols) {
   constexpr int64_t kChunk = 2 * kBf16Lanes;
   float acc[kBf16Lanes] = {};
@@ -32,13 +41,6 @@ float dot_bf16(const uint16_t* w, const uint16_t* x, int64_t cols) {
 }
 
 }  // namespace
-
-float reduce_bf16_lanes(const float* lanes) {
-  float a8[8], a4[4];
-  for (int i = 0; i < 8; ++i) a8[i] = lanes[i] + lanes[i + 8];
-  for (int i = 0; i < 4; ++i) a4[i] = a8[i] + a8[i + 4];
-  return (a4[0] + a4[2]) + (a4[1] + a4[3]);
-}
 
 void activations_to_bf16_scalar(uint16_t* out, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);

@@ -2,7 +2,7 @@
 // call (ops::matmul), then vdpbf16ps, 32 products per instruction straight from the stored weights
 // with no conversion, against the f32 path's 16 per FMA after a widening of every weight.
 // Numerics: each (row, token) is one 16-lane accumulator advanced chunk by chunk over the columns
-// (masked zeros past the end), then reduce_bf16_lanes' order: matmul_rows_bf16_scalar
+// (masked zeros past the end), then the reference's lane order: matmul_rows_bf16_scalar
 // (matmul_bf16.cpp) bit for bit, whatever the row range, the token count or the blocking.
 // kernels/CMakeLists.txt compiles *_avx512.cpp for AVX-512 F/BW/VL/DQ; AVX512_BF16 is added here
 // for this file alone, and the dispatch uses it only where CPUID reports it.
@@ -32,8 +32,8 @@ __m512i load_tail(const uint16_t* p, int n) { return _mm512_maskz_loadu_epi16(__
 
 __m512 dot(__m512 acc, __m512i x, __m512i w) { return _mm512_dpbf16_ps(acc, __m512bh(x), __m512bh(w)); }
 
-// reduce_bf16_lanes with vector adds: the same additions in the same order. (Extracts rather than
-// casts for the low halves: GCC 12 flags its own 512-to-256-bit cast as uninitialized, bug 105593.)
+// The reference's lane sum (cpu_kernels.h) with vector adds: the same additions in the same order. (Extracts rather
+// than casts for the low halves: GCC 12 flags its own 512-to-256-bit cast as uninitialized, bug 105593.)
 float reduce(__m512 acc) {
   const __m256 a8 = _mm256_add_ps(_mm512_extractf32x8_ps(acc, 0), _mm512_extractf32x8_ps(acc, 1));
   const __m128 a4 = _mm_add_ps(_mm256_extractf128_ps(a8, 0), _mm256_extractf128_ps(a8, 1));
@@ -122,8 +122,7 @@ void activations_to_bf16_avx512bf16(uint16_t* out, const float* x, int64_t n) {
   // f32_to_bf16 sixteen at a time: round to nearest even on the bits, NaN kept quiet.
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
   const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  int64_t i = 0;
-  for (; i < n; i += 16) {
+  for (int64_t i = 0; i < n; i += 16) {
     const int m = n - i < 16 ? int(n - i) : 16;
     const __mmask16 mask = __mmask16((1u << m) - 1u);
     const __m512i bits = _mm512_maskz_loadu_epi32(mask, x + i);

@@ -1,5 +1,5 @@
 // ops::matmul (rows split over the thread pool), ops::matmul_rows, ops::weight_row_to_f32 and the
-// block-activation mode.
+// activation modes (block types: f32 or int8; BF16: f32 or bf16).
 #include <atomic>
 #include <cstdlib>
 #include <initializer_list>
@@ -124,13 +124,9 @@ void set_bf16_activation_mode(Bf16ActivationMode mode) {
 
 Bf16ActivationMode bf16_activation_mode() {
   // Exact by default: a BF16 model's logits equal transformers' at 1e-3, which the rounding of the
-  // activations breaks (0.16-0.24 on the random-weight fixtures); docs/prefill.md has its quality.
+  // activations breaks (docs/prefill.md, "bf16 activations", has what it moves).
   return Bf16ActivationMode(
       load_mode(g_bf16_activations, "CHRONOS_BF16_ACTIVATIONS", {"f32", "bf16"}, int(Bf16ActivationMode::kF32)));
-}
-
-const char* bf16_activation_mode_name(Bf16ActivationMode mode) {
-  return mode == Bf16ActivationMode::kF32 ? "f32" : "bf16";
 }
 
 void matmul(float* y, const float* x, const WeightView& w, int64_t n_tokens, ThreadPool& pool) {
