@@ -16,10 +16,20 @@
 // general (an f16 scale times an 8-bit level needs up to 19 significant bits), and f32 keeps
 // prefill's products those of the CPU forward and of the matvec (decode) path; the tile's extra
 // traffic is paid once per tile per chunk, not per token.
+//
+// cuBLAS is opened with dlopen when the first Blas is made, that is by a --device cuda run, and
+// never linked: a CPU run of the chronos binary maps none of the CUDA libraries (cuBLAS and
+// cuBLASLt are about 600 MB of code; loading them cost every CPU run resident memory, see
+// docs/cuda.md). The CUDA runtime is linked statically and opens the driver on its first call.
 #include <cublas_v2.h>
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <type_traits>
+#if !CHRONOS_CUDA_EMULATED
+#include <dlfcn.h>
+#endif
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -27,8 +37,62 @@
 namespace chronos::cuda {
 namespace {
 
+// The six cuBLAS entry points Chronos calls (cublas_v2.h maps some names to their _v2 symbols:
+// decltype and the symbol strings below go through the same macros).
+struct CublasApi {
+  decltype(&cublasCreate) create;
+  decltype(&cublasDestroy) destroy;
+  decltype(&cublasSetStream) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasGetStatusString) status_string;
+  // The C entry point (cuBLAS's C++ overload with a cudaDataType compute type is an inline wrapper).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType_t, int, const void*, cudaDataType_t, int, const void*, void*,
+                            cudaDataType_t, int, cublasComputeType_t, cublasGemmAlgo_t);
+};
+
+#define CHRONOS_SYMBOL_NAME(name) CHRONOS_SYMBOL_NAME_(name)
+#define CHRONOS_SYMBOL_NAME_(name) #name
+
+#if CHRONOS_CUDA_EMULATED
+CublasApi open_cublas() {
+  return {&cublasCreate, &cublasDestroy, &cublasSetStream, &cublasSetMathMode, &cublasGetStatusString, &cublasGemmEx};
+}
+#else
+// The library of the major version the kernels were compiled against (its ABI), opened once and
+// kept for the life of the process.
+CublasApi open_cublas() {
+  const std::string library = fmt::format("libcublas.so.{}", CUBLAS_VER_MAJOR);
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr)
+    throw_cuda_error(
+        "cannot load {} (cuBLAS {}, which the CUDA backend needs): {}; install the CUDA {} "
+        "runtime libraries or add their folder to LD_LIBRARY_PATH",
+        library, CUBLAS_VER_MAJOR, dlerror(), CUBLAS_VER_MAJOR);
+  const auto symbol = [&](auto& out, const char* name) {
+    void* address = dlsym(handle, name);
+    if (address == nullptr)
+      throw_cuda_error("{} has no symbol {}: not a cuBLAS {} library", library, name, CUBLAS_VER_MAJOR);
+    out = reinterpret_cast<std::remove_reference_t<decltype(out)> >(address);
+  };
+  CublasApi api{};
+  symbol(api.create, CHRONOS_SYMBOL_NAME(cublasCreate));
+  symbol(api.destroy, CHRONOS_SYMBOL_NAME(cublasDestroy));
+  symbol(api.set_stream, CHRONOS_SYMBOL_NAME(cublasSetStream));
+  symbol(api.set_math_mode, CHRONOS_SYMBOL_NAME(cublasSetMathMode));
+  symbol(api.status_string, CHRONOS_SYMBOL_NAME(cublasGetStatusString));
+  symbol(api.gemm_ex, CHRONOS_SYMBOL_NAME(cublasGemmEx));
+  return api;
+}
+#endif
+
+const CublasApi& cublas() {
+  static const CublasApi api = open_cublas();  // a failed open throws and is tried again next time
+  return api;
+}
+
 void check_cublas(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) throw_cuda_error("cuBLAS {}: {}", what, cublasGetStatusString(status));
+  if (status != CUBLAS_STATUS_SUCCESS) throw_cuda_error("cuBLAS {}: {}", what, cublas().status_string(status));
 }
 
 cublasHandle_t as_handle(void* handle) { return static_cast<cublasHandle_t>(handle); }
@@ -44,8 +108,8 @@ void sgemm_f32(cublasHandle_t handle, int m, int n, int k, const void* a, const 
                const char* what) {
   const float alpha = 1.0f, beta = 0.0f;
   // CUBLAS_COMPUTE_32F_PEDANTIC: f32 arithmetic throughout, whatever the math mode or environment.
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_32F, k, b, CUDA_R_32F, k,
-                            &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublas().gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, a, CUDA_R_32F, k, b, CUDA_R_32F, k,
+                                &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
                what);
 }
 
@@ -53,25 +117,25 @@ void sgemm_f32(cublasHandle_t handle, int m, int n, int k, const void* a, const 
 
 Blas::Blas() : handle_(nullptr) {
   cublasHandle_t handle = nullptr;
-  check_cublas(cublasCreate(&handle), "cublasCreate");
+  check_cublas(cublas().create(&handle), "cublasCreate");
   // Default math: no TF32 for the f32 products, so they are true f32 SGEMMs.
-  const cublasStatus_t status = cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
+  const cublasStatus_t status = cublas().set_math_mode(handle, CUBLAS_DEFAULT_MATH);
   if (status != CUBLAS_STATUS_SUCCESS) {
-    cublasDestroy(handle);
+    cublas().destroy(handle);
     check_cublas(status, "cublasSetMathMode");
   }
   handle_ = handle;
 }
 
 Blas::~Blas() {
-  if (handle_ != nullptr) cublasDestroy(as_handle(handle_));
+  if (handle_ != nullptr) cublas().destroy(as_handle(handle_));
 }
 
 void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* x_converted, cudaStream_t stream) {
   if (n <= 0 || w.rows <= 0) return;
   const int m = to_int(w.rows, "rows"), k = to_int(w.cols, "cols"), cols_n = to_int(n, "n");
   cublasHandle_t handle = as_handle(handle_);
-  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+  check_cublas(cublas().set_stream(handle, stream), "cublasSetStream");
   const float alpha = 1.0f, beta = 0.0f;
   if (w.dtype == DType::kF32) {
     sgemm_f32(handle, m, cols_n, k, w.data, x, y, m, "gemm (F32)");
@@ -92,11 +156,11 @@ void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* 
   const cudaDataType_t type = w.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
   const char* what = w.dtype == DType::kF16 ? "gemm (F16)" : "gemm (BF16)";
   const float accumulate = 1.0f;
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, hi, type, k, &beta,
-                            y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublas().gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, hi, type, k,
+                                &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                what);
-  check_cublas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, lo, type, k,
-                            &accumulate, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_cublas(cublas().gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, cols_n, k, &alpha, w.data, type, k, lo, type, k,
+                                &accumulate, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                what);
 }
 
@@ -111,7 +175,7 @@ void Blas::gemm(float* y, const float* x, const WeightView& w, int64_t n, void* 
   const int m_total = to_int(w.rows, "rows"), k = to_int(w.cols, "cols"), cols_n = to_int(n, "n");
   const int64_t tile_rows = std::min<int64_t>(w.rows, tile_floats / w.cols);
   cublasHandle_t handle = as_handle(handle_);
-  check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
+  check_cublas(cublas().set_stream(handle, stream), "cublasSetStream");
   for (int64_t r0 = 0; r0 < w.rows; r0 += tile_rows) {
     const int64_t rows = std::min(tile_rows, w.rows - r0);
     dequantize_rows(weight_tile, w, r0, rows, stream);

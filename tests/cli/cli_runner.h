@@ -56,14 +56,21 @@ inline std::filesystem::path fresh_work_dir(const std::string& prefix) {
 }
 
 // args are quoted; stdin_file, when given, is redirected to standard input; stdout_file, when
-// given, receives standard output instead of `out`.
+// given, receives standard output instead of `out`; env entries (NAME=VALUE) are set for chronos.
 inline RunResult run_chronos(const std::vector<std::string>& args, const std::filesystem::path& work,
-                             const std::string& stdin_file = "", const std::string& stdout_file = "") {
-  std::string cmd = shell_quote(CHRONOS_BINARY);
+                             const std::string& stdin_file = "", const std::string& stdout_file = "",
+                             const std::vector<std::string>& env = {}) {
+  std::string cmd;
   auto append_arg = [&cmd](const char* prefix, const std::string& arg) {
     cmd.append(prefix);
     cmd.append(shell_quote(arg));
   };
+  if (!env.empty()) {
+    cmd = "env";
+    for (const auto& entry : env) append_arg(" ", entry);
+    cmd.append(" ");
+  }
+  cmd.append(shell_quote(CHRONOS_BINARY));
   for (const auto& a : args) append_arg(" ", a);
   const auto out_path = work / "stdout.txt", err_path = work / "stderr.txt";
   append_arg(" >", stdout_file.empty() ? out_path.string() : stdout_file);

@@ -101,6 +101,18 @@ TEST_F(Cli, StatsJsonHasTheMeasurements) {
   EXPECT_EQ(j["stop_reason"], "max_tokens");
 }
 
+// The CUDA libraries are opened by --device cuda only: a CPU run of a build with the CUDA backend
+// maps none of them (they cost a CPU run resident memory it is meant to keep for the model).
+TEST_F(Cli, CpuRunOpensNoCudaLibrary) {
+  // LD_DEBUG=libs: the dynamic loader lists every library it opens, at start-up and by dlopen.
+  const RunResult r =
+      run_chronos({"generate", "-m", kModel.string(), "-p", "the mill", "-n", "2"}, work_, "", "", {"LD_DEBUG=libs"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_NE(r.err.find("find library=libc.so"), std::string::npos) << "no loader trace:\n" << r.err;
+  for (const char* library : {"libcuda.so", "libcudart", "libcublas", "libnvrtc", "libnvJitLink"})
+    EXPECT_EQ(r.err.find(library), std::string::npos) << library << " was opened:\n" << r.err;
+}
+
 TEST_F(Cli, InspectReportsTheCounts) {
   const RunResult r = run_chronos({"inspect", "-m", kModel.string(), "--json"}, work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
