@@ -57,20 +57,92 @@ struct ModelSizes {
   DType expert_dtype = DType::kF32;
 };
 
-// Keys and values of every layer for up to n_ctx positions, f32.
-class KvCache {
+// Per-sequence attention state in slots: a slot holds one sequence's keys and values of every layer
+// for up to n_ctx positions (f32; the layout of grouped-query attention, [n_layer, n_ctx, kv_dim]
+// keys, then values), allocated once for n_slots sequences. A sequence is its slot index: allocate()
+// hands out a free slot, empty, and free() returns it for reuse. length(slot) is how many
+// positions the slot holds; a forward may append at that length or rewind to an earlier position.
+class KvStore {
  public:
-  KvCache(const ModelConfig& cfg, int64_t n_ctx);
+  KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots);
+  // Bytes of one slot of n_ctx positions; as many slots as fit in `budget` bytes (throws Error
+  // naming both sizes when not even one does).
+  static int64_t bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx);
+  static int64_t slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget);
+
+  // A free slot, with length 0; throws Error when every slot is in use.
+  int32_t allocate();
+  // Returns a slot in use to the free ones; throws Error for any other slot.
+  void free(int32_t slot);
+  bool in_use(int32_t slot) const { return slot >= 0 && slot < n_slots_ && in_use_[size_t(slot)] != 0; }
+  int64_t length(int32_t slot) const { return length_[size_t(slot)]; }
+
   int64_t n_ctx() const { return n_ctx_; }
+  int64_t n_slots() const { return n_slots_; }
+  int64_t n_in_use() const;
   int64_t kv_dim() const { return kv_dim_; }  // floats from one position's keys to the next's
-  float* k(int64_t layer, int64_t pos) { return k_.data() + (layer * n_ctx_ + pos) * kv_dim_; }  // [kv_dim]
-  float* v(int64_t layer, int64_t pos) { return v_.data() + (layer * n_ctx_ + pos) * kv_dim_; }  // [kv_dim]
-  int64_t n_bytes() const { return int64_t((k_.size() + v_.size()) * sizeof(float)); }
+  int64_t slot_bytes() const { return 2 * n_layer_ * n_ctx_ * kv_dim_ * int64_t(sizeof(float)); }
+  int64_t n_bytes() const { return n_slots_ * slot_bytes(); }
+  float* k(int32_t slot, int64_t layer, int64_t pos) { return k_.data() + offset(slot, layer, pos); }  // [kv_dim]
+  float* v(int32_t slot, int64_t layer, int64_t pos) { return v_.data() + offset(slot, layer, pos); }  // [kv_dim]
 
  private:
-  int64_t n_ctx_;
-  int64_t kv_dim_;
-  std::vector<float> k_, v_;  // [n_layer, n_ctx, kv_dim]
+  friend class Model;
+  int64_t offset(int32_t slot, int64_t layer, int64_t pos) const {
+    return ((int64_t(slot) * n_layer_ + layer) * n_ctx_ + pos) * kv_dim_;
+  }
+  int64_t n_layer_, n_ctx_, kv_dim_, n_slots_;
+  std::vector<float> k_, v_;     // [n_slots, n_layer, n_ctx, kv_dim]
+  std::vector<uint8_t> in_use_;  // [n_slots]
+  std::vector<int64_t> length_;  // [n_slots]
+  std::vector<int64_t> next_;    // [n_slots] the position a batch's next row of the slot must have; -1: none yet
+};
+
+// One sequence's KvStore (slot 0, allocated), for the one-sequence forward.
+class KvCache : public KvStore {
+ public:
+  KvCache(const ModelConfig& cfg, int64_t n_ctx) : KvStore(cfg, n_ctx, 1) { allocate(); }
+  using KvStore::k;
+  using KvStore::v;
+  float* k(int64_t layer, int64_t pos) { return KvStore::k(0, layer, pos); }
+  float* v(int64_t layer, int64_t pos) { return KvStore::v(0, layer, pos); }
+};
+
+// The rows of one forward step, from any number of sequences: row i runs token(i) of sequence
+// seq(i) (a KvStore slot) at position pos(i), and logits are written, in row order, for the rows
+// that ask for them. A sequence's rows are at consecutive positions in row order, the first at most
+// its length (rows of other sequences may sit between them). Cleared and refilled each step, it
+// keeps its capacity.
+class Batch {
+ public:
+  void add(int32_t seq, int64_t pos, int32_t token, bool logits) {
+    seqs_.push_back(seq);
+    positions_.push_back(pos);
+    tokens_.push_back(token);
+    logits_.push_back(logits ? 1 : 0);
+    n_logits_ += logits ? 1 : 0;
+  }
+  void clear() {
+    seqs_.clear();
+    positions_.clear();
+    tokens_.clear();
+    logits_.clear();
+    n_logits_ = 0;
+  }
+  void reserve(int64_t rows);
+  int64_t size() const { return std::ssize(tokens_); }
+  int64_t n_logits() const { return n_logits_; }
+  int32_t seq(int64_t row) const { return seqs_[size_t(row)]; }
+  int64_t pos(int64_t row) const { return positions_[size_t(row)]; }
+  int32_t token(int64_t row) const { return tokens_[size_t(row)]; }
+  bool logits(int64_t row) const { return logits_[size_t(row)] != 0; }
+  std::span<const int32_t> seqs() const { return seqs_; }
+
+ private:
+  std::vector<int32_t> seqs_, tokens_;
+  std::vector<int64_t> positions_;
+  std::vector<uint8_t> logits_;
+  int64_t n_logits_ = 0;
 };
 
 // RoPE cos/sin tables [n_ctx, n_rot / 2] for positions 0 .. n_ctx - 1, as transformers computes
@@ -83,7 +155,8 @@ using TraceFn = std::function<void(const char* name, int64_t layer, std::span<co
 // Routing decisions of one MoE layer for one token, reported to the RouteFn when set.
 struct RouteEvent {
   int64_t layer;
-  int64_t token_index;                  // within the forward call
+  int64_t token_index;                  // the row within the forward step
+  int32_t sequence;                     // the row's sequence (its KvStore slot)
   std::span<const int32_t> expert_ids;  // [n_expert_used]
   std::span<const float> weights;       // [n_expert_used]
   std::span<const float> probs;         // [n_expert] router softmax
@@ -173,8 +246,16 @@ class Model {
   // Runs tokens at positions pos .. pos + n - 1, appending their keys/values to kv, and writes
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token. Prompts longer
   // than the scratch batch are processed in chunks. A pack's model needs hooks.experts.
-  void forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& scratch, ThreadPool& pool,
+  // Sequence 0 of kv (a KvCache's one sequence).
+  void forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, Scratch& scratch, ThreadPool& pool,
                float* logits, bool all_logits, const ForwardHooks& hooks = {}) const;
+  // Runs the rows of many sequences as one step: their keys/values go to their slots of `kv`, the
+  // routed experts of a layer are acquired and computed once for all rows, and logits
+  // [batch.n_logits(), n_vocab] are written for the rows that ask. Rows beyond the scratch batch
+  // run in chunks. Throws Error, before anything runs, for a row whose sequence is not in use, whose
+  // position leaves a gap or exceeds the context, or whose token is outside the vocabulary.
+  void forward(const Batch& batch, KvStore& kv, Scratch& scratch, ThreadPool& pool, float* logits,
+               const ForwardHooks& hooks = {}) const;
 
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
@@ -182,9 +263,12 @@ class Model {
 
  private:
   Model() = default;
-  void forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
-                     float* logits, bool all_logits) const;
-  void attention(int64_t il, int64_t n_tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool) const;
+  void check_rows(const Batch& batch, KvStore& kv, const Scratch& s) const;
+  // Rows begin .. begin + n - 1 of the batch; logits of the rows that ask, in row order.
+  void forward_chunk(const Batch& batch, int64_t begin, int64_t n, KvStore& kv, Scratch& s, ThreadPool& pool,
+                     float* logits) const;
+  void attention(int64_t il, const Batch& batch, int64_t begin, int64_t n, KvStore& kv, Scratch& s,
+                 ThreadPool& pool) const;
   void moe(int64_t il, int64_t n_tokens, Scratch& s, ThreadPool& pool) const;
   void dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,
                  ThreadPool& pool) const;

@@ -34,13 +34,22 @@ class ModelRunner {
   // Runs tokens at positions pos .. pos + n - 1 (appending to the KV cache) and writes host
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token.
   virtual void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) = 0;
+  // Several sequences (a runner made with n_seq slots; the one-sequence forward above runs sequence
+  // 0, which a one-slot runner allocates when it is made): add_sequence() takes a free slot and
+  // returns its sequence, remove_sequence() frees it, and forward(batch) runs rows of any sequences
+  // in one step, writing logits [batch.n_logits(), n_vocab]. Throw Error where the runner has no
+  // batches (CUDA, for now), for a full store, or for bad rows.
+  virtual int32_t add_sequence();
+  virtual void remove_sequence(int32_t seq);
+  virtual void forward(const Batch& batch, float* logits);
   virtual int64_t n_ctx() const = 0;
   virtual RunnerMemory memory() const = 0;
   virtual MoeCounters counters() const = 0;
 };
 
+// n_seq: KV slots of n_ctx positions each.
 std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch,
-                                             ForwardHooks hooks = {});
+                                             ForwardHooks hooks = {}, int64_t n_seq = 1);
 
 // The CUDA runner on `backend` (a CUDA backend from make_backend). Copies the dense weights (and,
 // for a checkpoint, every routed expert) to the device; a pack folder needs hooks.experts, which

@@ -54,6 +54,7 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   s->items.reserve(size_t(std::max<int64_t>(c.n_expert, 1) * 64));
   s->expert_xq_at.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
   s->logits.resize(size_t(c.n_vocab));
+  s->one_sequence.reserve(max_batch);
 
   rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
   return s;
@@ -98,13 +99,66 @@ void Model::trace(const Scratch& s, const char* name, int64_t layer, const float
   if (s.hooks->trace) s.hooks->trace(name, layer, std::span<const float>(data, size_t(n)));
 }
 
-void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
+void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, Scratch& s, ThreadPool& pool,
                     float* logits, bool all_logits, const ForwardHooks& hooks) const {
   const int64_t n = std::ssize(tokens);
   CHRONOS_CHECK(n > 0);
-  CHRONOS_CHECK_MSG(!experts_streamed_ || hooks.experts != nullptr, "streamed experts need an ExpertProvider");
   if (pos + n > kv.n_ctx() || pos + n > s.n_ctx)
     throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), s.n_ctx));
+  // One sequence (slot 0) as batches of at most the scratch's rows, built in the scratch's batch.
+  for (int64_t begin = 0; begin < n; begin += s.max_batch) {
+    const int64_t count = std::min(s.max_batch, n - begin);
+    const bool last = begin + count == n;
+    s.one_sequence.clear();
+    for (int64_t t = 0; t < count; ++t)
+      s.one_sequence.add(0, pos + begin + t, tokens[size_t(begin + t)], all_logits || (last && t == count - 1));
+    float* out = all_logits ? logits + begin * config_.n_vocab : (last ? logits : nullptr);
+    forward(s.one_sequence, kv, s, pool, out, hooks);
+  }
+}
+
+void Model::check_rows(const Batch& batch, KvStore& kv, const Scratch& s) const {
+  const int64_t n_ctx = std::min(kv.n_ctx(), s.n_ctx);
+  // next_[slot]: the position the slot's next row must have (-1 before its first row). Reset for
+  // the batch's slots on every exit, so a refused batch leaves the store as it was.
+  std::vector<int64_t>& next = kv.next_;
+  struct Reset {
+    const Batch& batch;
+    std::vector<int64_t>& next;
+    ~Reset() {
+      for (const int32_t slot : batch.seqs())
+        if (slot >= 0 && size_t(slot) < next.size()) next[size_t(slot)] = -1;
+    }
+  } reset{batch, next};
+  for (int64_t row = 0; row < batch.size(); ++row) {
+    const int32_t slot = batch.seq(row), token = batch.token(row);
+    const int64_t pos = batch.pos(row);
+    if (!kv.in_use(slot))
+      throw_error("batch row {}: sequence {} is not in use (allocate its slot first; the store has {})", row, slot,
+                  kv.n_slots());
+    if (token < 0 || token >= config_.n_vocab)
+      throw_error("batch row {}: token id {} is outside the vocabulary [0, {})", row, token, config_.n_vocab);
+    if (pos < 0 || pos >= n_ctx)
+      throw_error("batch row {}: context is full: position {} does not fit in a context of {}", row, pos, n_ctx);
+    int64_t& expected = next[size_t(slot)];
+    if (expected < 0 && pos > kv.length(slot))
+      throw_error("batch row {}: sequence {} has {} positions; a row at position {} would leave a gap", row, slot,
+                  kv.length(slot), pos);
+    if (expected >= 0 && pos != expected)
+      throw_error("batch row {}: the rows of sequence {} are not consecutive (position {} after {})", row, slot, pos,
+                  expected - 1);
+    expected = pos + 1;
+  }
+}
+
+void Model::forward(const Batch& batch, KvStore& kv, Scratch& s, ThreadPool& pool, float* logits,
+                    const ForwardHooks& hooks) const {
+  const int64_t n = batch.size();
+  CHRONOS_CHECK(n > 0);
+  CHRONOS_CHECK_MSG(!experts_streamed_ || hooks.experts != nullptr, "streamed experts need an ExpertProvider");
+  check_rows(batch, kv, s);
+  // Each sequence's length is the position after its last row (a row before the end rewinds it).
+  for (int64_t row = 0; row < n; ++row) kv.length_[size_t(batch.seq(row))] = batch.pos(row) + 1;
   s.hooks = &hooks;
   struct ClearHooks {
     Scratch& s;
@@ -112,32 +166,29 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, S
   } clear{s};
   for (int64_t begin = 0; begin < n; begin += s.max_batch) {
     const int64_t count = std::min(s.max_batch, n - begin);
-    const bool last = begin + count == n;
-    float* out = all_logits ? logits + begin * config_.n_vocab : (last ? logits : nullptr);
-    forward_chunk(tokens.subspan(size_t(begin), size_t(count)), pos + begin, kv, s, pool, out, all_logits);
+    forward_chunk(batch, begin, count, kv, s, pool, logits);
+    if (logits != nullptr)
+      for (int64_t row = begin; row < begin + count; ++row) logits += batch.logits(row) ? config_.n_vocab : 0;
   }
 }
 
-void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache& kv, Scratch& s, ThreadPool& pool,
-                          float* logits, bool all_logits) const {
+void Model::forward_chunk(const Batch& batch, int64_t begin, int64_t n, KvStore& kv, Scratch& s, ThreadPool& pool,
+                          float* logits) const {
   const ModelConfig& c = config_;
-  const int64_t n = std::ssize(tokens);
   const int64_t d = c.n_embd;
-  for (int64_t t = 0; t < n; ++t) {
-    const int32_t id = tokens[size_t(t)];
-    if (id < 0 || id >= c.n_vocab) throw_error("token id {} is outside the vocabulary [0, {})", id, c.n_vocab);
-    ops::weight_row_to_f32(s.x.data() + t * d, weights_.tok_embd, id);  // [n, n_embd]
-  }
-  // Where non-finite values first appear, watched on the last token's row (n_embd floats per
-  // layer): a NaN anywhere earlier in the chunk reaches that row through attention. Reported only
-  // when the logits turn out non-finite.
+  for (int64_t t = 0; t < n; ++t)
+    ops::weight_row_to_f32(s.x.data() + t * d, weights_.tok_embd, batch.token(begin + t));  // [n, n_embd]
+  s.row_seqs = batch.seqs().subspan(size_t(begin), size_t(n));
+  // Where non-finite values first appear, watched on the last row (n_embd floats per layer): a NaN
+  // anywhere earlier in its sequence reaches that row through attention. Reported only when the
+  // logits turn out non-finite.
   const float* last_row = s.x.data() + (n - 1) * d;
   int64_t first_bad = ops::all_finite(last_row, d) ? -2 : -1;  // -1: the embeddings; >= 0: a layer
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const LayerWeights& layer = weights_.layers[size_t(il)];
     for (int64_t t = 0; t < n; ++t)
       ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.attn_norm.data(), d, c.rms_norm_eps);
-    attention(il, n, pos, kv, s, pool);  // s.ffn_out <- attention output [n, n_embd]
+    attention(il, batch, begin, n, kv, s, pool);  // s.ffn_out <- attention output [n, n_embd]
     trace(s, "attn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
 
@@ -155,10 +206,11 @@ void Model::forward_chunk(std::span<const int32_t> tokens, int64_t pos, KvCache&
   }
   if (logits == nullptr) return;
   // Only the rows whose logits are wanted go through the final norm and the LM head.
-  const int64_t first = all_logits ? 0 : n - 1;
-  const int64_t rows = n - first;
-  for (int64_t t = first; t < n; ++t)
-    ops::rmsnorm(s.xn.data() + (t - first) * d, s.x.data() + t * d, weights_.output_norm.data(), d, c.rms_norm_eps);
+  int64_t rows = 0;
+  for (int64_t t = 0; t < n; ++t)
+    if (batch.logits(begin + t))
+      ops::rmsnorm(s.xn.data() + rows++ * d, s.x.data() + t * d, weights_.output_norm.data(), d, c.rms_norm_eps);
+  if (rows == 0) return;
   ops::matmul(logits, s.xn.data(), weights_.output, rows, pool);  // [rows, n_vocab]
   if (ops::all_finite(logits, rows * c.n_vocab)) return;
   if (first_bad == -1) throw_error("non-finite values (NaN or Inf) in the token embeddings (model.embed_tokens)");

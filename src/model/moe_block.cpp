@@ -37,7 +37,7 @@ void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
     ops::softmax(probs, n_exp);
     ops::top_k(s.top_ids.data() + t * k, s.top_w.data() + t * k, probs, n_exp, k, c.norm_topk_prob);
   }
-  plan.route(il, n, s.top_ids.data(), s.top_w.data(), s.router.data(), s.hooks->route);
+  plan.route(il, n, s.top_ids.data(), s.top_w.data(), s.router.data(), s.hooks->route, s.row_seqs.data());
   trace(s, "router_probs", il, s.router.data(), n * n_exp);
 
   // Group: each row of ff_in is the input of one (token, expert) pair, rows in expert order.

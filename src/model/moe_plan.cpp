@@ -23,7 +23,7 @@ MoePlan::MoePlan(const ModelConfig& c, int64_t max_tokens)
 }
 
 void MoePlan::route(int64_t layer, int64_t n, const int32_t* ids, const float* weights, const float* probs,
-                    const RouteFn& observer) {
+                    const RouteFn& observer, const int32_t* sequences) {
   CHRONOS_CHECK(n > 0 && n <= max_tokens_);
   n_ = n;
   ids_ = ids;
@@ -36,6 +36,7 @@ void MoePlan::route(int64_t layer, int64_t n, const int32_t* ids, const float* w
   for (int64_t t = 0; t < n; ++t)
     observer(RouteEvent{layer,
                         t,
+                        sequences != nullptr ? sequences[t] : 0,
                         {ids + t * k_, size_t(k_)},
                         {weights + t * k_, size_t(k_)},
                         {probs + t * n_expert_, size_t(n_expert_)}});

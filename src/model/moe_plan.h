@@ -29,10 +29,10 @@ class MoePlan {
   MoePlan(const ModelConfig& config, int64_t max_tokens);
 
   // route: the top-k of n tokens, ids and weights [n, k], probs [n, n_expert] (may be null when
-  // there is no observer). Throws Error naming the layer for an id outside [0, n_expert), which
-  // only non-finite router logits produce.
+  // there is no observer), sequences [n] each token's sequence (null: all sequence 0). Throws Error
+  // naming the layer for an id outside [0, n_expert), which only non-finite router logits produce.
   void route(int64_t layer, int64_t n, const int32_t* ids, const float* weights, const float* probs,
-             const RouteFn& observer);
+             const RouteFn& observer, const int32_t* sequences = nullptr);
   // group: after route.
   void group();
 

@@ -12,18 +12,24 @@ namespace {
 
 class CpuRunner final : public ModelRunner {
  public:
-  CpuRunner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch, ForwardHooks hooks)
+  CpuRunner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch, ForwardHooks hooks, int64_t n_seq)
       : model_(model),
         pool_(pool),
         hooks_(std::move(hooks)),
-        kv_(model.config(), n_ctx),
+        kv_(model.config(), n_ctx, n_seq),
         scratch_(model.make_scratch(batch, n_ctx)) {
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");
+    if (n_seq == 1) kv_.allocate();  // sequence 0, for the one-sequence forward
   }
   std::string device() const override { return "cpu"; }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     model_.forward(tokens, pos, kv_, *scratch_, pool_, logits, all_logits, hooks_);
+  }
+  int32_t add_sequence() override { return kv_.allocate(); }
+  void remove_sequence(int32_t seq) override { kv_.free(seq); }
+  void forward(const Batch& batch, float* logits) override {
+    model_.forward(batch, kv_, *scratch_, pool_, logits, hooks_);
   }
   int64_t n_ctx() const override { return kv_.n_ctx(); }
   RunnerMemory memory() const override {
@@ -43,15 +49,25 @@ class CpuRunner final : public ModelRunner {
   const Model& model_;
   ThreadPool& pool_;
   ForwardHooks hooks_;
-  KvCache kv_;
+  KvStore kv_;
   Model::ScratchPtr scratch_;
 };
 
 }  // namespace
 
+int32_t ModelRunner::add_sequence() {
+  throw_error("the {} runner runs one sequence; batches of several run on the CPU", device());
+}
+void ModelRunner::remove_sequence(int32_t) {
+  throw_error("the {} runner runs one sequence; batches of several run on the CPU", device());
+}
+void ModelRunner::forward(const Batch&, float*) {
+  throw_error("the {} runner runs one sequence; batches of several run on the CPU", device());
+}
+
 std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch,
-                                             ForwardHooks hooks) {
-  return std::make_unique<CpuRunner>(model, pool, n_ctx, batch, std::move(hooks));
+                                             ForwardHooks hooks, int64_t n_seq) {
+  return std::make_unique<CpuRunner>(model, pool, n_ctx, batch, std::move(hooks), n_seq);
 }
 
 #if !CHRONOS_HAVE_CUDA

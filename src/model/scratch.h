@@ -37,9 +37,11 @@ struct Model::Scratch {
   std::vector<uint64_t> expert_xq;
   std::vector<int64_t> expert_xq_at;
   MoeCounters counters;
-  std::vector<float> rope_cos;  // [n_ctx, n_rot / 2]
-  std::vector<float> rope_sin;  // [n_ctx, n_rot / 2]
-  std::vector<float> logits;    // [n_vocab] logits of the last token when not requested all
+  std::vector<float> rope_cos;        // [n_ctx, n_rot / 2]
+  std::vector<float> rope_sin;        // [n_ctx, n_rot / 2]
+  std::vector<float> logits;          // [n_vocab] logits of the last token when not requested all
+  Batch one_sequence;                 // the rows of the one-sequence forward (capacity max_batch)
+  std::span<const int32_t> row_seqs;  // the running chunk's sequence of each row
 };
 
 }  // namespace chronos

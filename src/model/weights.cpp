@@ -130,12 +130,6 @@ int64_t FfnWeights::n_bytes() const {
   return present() ? bytes(gate) + bytes(up) + bytes(down) : 0;
 }
 
-KvCache::KvCache(const ModelConfig& cfg, int64_t n_ctx)
-    : n_ctx_(n_ctx),
-      kv_dim_(cfg.kv_dim()),
-      k_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())),
-      v_(size_t(cfg.n_layer * n_ctx * cfg.kv_dim())) {}
-
 Model::~Model() = default;
 
 std::vector<const TensorInfo*> Model::all_tensors() const { return gguf_ ? gguf_->all() : store_.all(); }

@@ -70,6 +70,42 @@ TEST_P(NoAllocation, PrefillAndDecodeAllocateNothing) {
   EXPECT_EQ(g_allocations.load(), 0);
 }
 
+TEST_P(NoAllocation, BatchesOfSeveralSequencesAllocateNothing) {
+  const auto dir = std::filesystem::path(CHRONOS_TEST_DATA_DIR) / "models" / GetParam();
+  const auto model = Model::load(dir);
+  const int64_t n_vocab = model->config().n_vocab;
+  ThreadPool pool(2);
+  KvStore store(model->config(), 64, 3);
+  auto scratch = model->make_scratch(8, store.n_ctx());
+  std::vector<float> logits(size_t(n_vocab) * 16);
+  Batch batch;
+  // Two sequences prefill (one in chunks), then three decode together; the slots are freed after.
+  auto run = [&] {
+    const int32_t a = store.allocate(), b = store.allocate(), c = store.allocate();
+    batch.clear();
+    for (int32_t i = 0; i < 11; ++i) batch.add(a, i, 5 + i, i == 10);
+    for (int32_t i = 0; i < 3; ++i) batch.add(b, i, 40 + i, i == 2);
+    model->forward(batch, store, *scratch, pool, logits.data());
+    for (int64_t step = 0; step < 6; ++step) {
+      batch.clear();
+      batch.add(a, 11 + step, 17, true);
+      batch.add(b, 3 + step, 18, true);
+      batch.add(c, step, 19, true);
+      model->forward(batch, store, *scratch, pool, logits.data());
+    }
+    store.free(a);
+    store.free(b);
+    store.free(c);
+  };
+  ops::reserve_thread_buffers(pool);
+  run();
+  g_allocations = 0;
+  g_counting = true;
+  run();
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, NoAllocation, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "qwen3_moe-bf16"));
 
 TEST(NoAllocation, CounterSeesAllocations) {  // the hook itself works

@@ -106,6 +106,7 @@ class CudaRunner final : public ModelRunner {
   RunnerMemory memory() const override { return memory_; }
   MoeCounters counters() const override { return counters_; }
 
+  using ModelRunner::forward;  // batches of several sequences: not yet on CUDA (the base refuses them)
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     const int64_t n = std::ssize(tokens);
     CHRONOS_CHECK(n > 0);

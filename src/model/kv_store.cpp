@@ -1,0 +1,58 @@
+// KvStore (model.h): per-sequence key/value slots, allocated once; and Batch's reserve.
+#include <algorithm>
+
+#include "chronos/error.h"
+#include "chronos/model.h"
+
+namespace chronos {
+
+KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots)
+    : n_layer_(cfg.n_layer), n_ctx_(n_ctx), kv_dim_(cfg.kv_dim()), n_slots_(n_slots) {
+  CHRONOS_CHECK(n_ctx > 0 && n_slots > 0);
+  const size_t floats = size_t(n_slots * n_layer_ * n_ctx * kv_dim_);
+  k_.resize(floats);
+  v_.resize(floats);
+  in_use_.assign(size_t(n_slots), 0);
+  length_.assign(size_t(n_slots), 0);
+  next_.assign(size_t(n_slots), -1);
+}
+
+int64_t KvStore::bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx) {
+  return 2 * cfg.n_layer * n_ctx * cfg.kv_dim() * int64_t(sizeof(float));
+}
+
+int64_t KvStore::slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget) {
+  const int64_t per_slot = bytes_per_slot(cfg, n_ctx);
+  if (per_slot <= 0 || budget < per_slot)
+    throw_error("a KV budget of {} bytes holds no sequence of {} positions (one needs {} bytes)", budget, n_ctx,
+                per_slot);
+  return budget / per_slot;
+}
+
+int32_t KvStore::allocate() {
+  const auto free_slot = std::find(in_use_.begin(), in_use_.end(), 0);
+  if (free_slot == in_use_.end())
+    throw_error("the KV store is full: all {} slots are in use ({} positions each); free a sequence first", n_slots_,
+                n_ctx_);
+  *free_slot = 1;
+  const auto slot = int32_t(free_slot - in_use_.begin());
+  length_[size_t(slot)] = 0;
+  return slot;
+}
+
+void KvStore::free(int32_t slot) {
+  if (!in_use(slot)) throw_error("KV store: sequence {} is not in use (the store has {} slots)", slot, n_slots_);
+  in_use_[size_t(slot)] = 0;
+  length_[size_t(slot)] = 0;
+}
+
+int64_t KvStore::n_in_use() const { return std::count(in_use_.begin(), in_use_.end(), 1); }
+
+void Batch::reserve(int64_t rows) {
+  seqs_.reserve(size_t(rows));
+  positions_.reserve(size_t(rows));
+  tokens_.reserve(size_t(rows));
+  logits_.reserve(size_t(rows));
+}
+
+}  // namespace chronos
