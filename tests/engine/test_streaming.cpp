@@ -129,6 +129,78 @@ TEST_P(Streaming, WaitModeIsTokenIdenticalAtEveryBudget) {
   }
 }
 
+// Several sequences in one forward through a cache of two expert slots in wait mode: each step's
+// rows share one acquire per expert, and every sequence gets the logits of the resident batch.
+TEST_P(Streaming, BatchedSequencesAtTwoSlotsMatchTheResidentBatch) {
+  const fs::path dir = fixture(GetParam());
+  const fs::path packed = pack(dir);
+  // A and B prefill together; C joins at step 2 while A and B decode; A leaves after step 3.
+  struct Seq {
+    std::vector<int32_t> prompt;
+    int64_t join, steps;
+  };
+  const std::vector<Seq> plan = {{{5, 9, 14, 3, 30, 31}, 0, 3}, {{40, 41, 7}, 0, 5}, {{8, 11, 12, 2}, 2, 3}};
+  const auto run = [&](const fs::path& model_dir, int64_t budget) {
+    const auto model = Model::load(model_dir);
+    const int64_t n_vocab = model->config().n_vocab;
+    ThreadPool pool(2);
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<ExpertStreamer> streamer;
+    if (budget > 0) {
+      backend = make_cpu_backend();
+      StreamerOptions options;
+      options.budget_bytes = budget;
+      streamer = std::make_unique<ExpertStreamer>(*model, model_dir, *backend, options);
+    }
+    auto runner = make_cpu_runner(*model, pool, 32, 8, streamer ? streamer->hooks() : ForwardHooks{}, 3);
+    std::vector<std::vector<float>> last(plan.size());  // each sequence's latest logits
+    std::vector<std::vector<float>> all;                // every logits row, in order
+    std::vector<int32_t> slot(plan.size(), -1);
+    std::vector<int64_t> done(plan.size(), -1);
+    std::vector<size_t> owner;
+    Batch batch;
+    std::vector<float> logits(size_t(16 * n_vocab));
+    if (streamer) streamer->begin_request();
+    for (int64_t step = 0; step < 6; ++step) {
+      batch.clear();
+      owner.clear();
+      for (size_t i = 0; i < plan.size(); ++i) {
+        const Seq& q = plan[i];
+        if (step == q.join) {
+          slot[i] = runner->add_sequence();
+          for (size_t t = 0; t < q.prompt.size(); ++t)
+            batch.add(slot[i], int64_t(t), q.prompt[t], t + 1 == q.prompt.size());
+        } else if (done[i] >= 0 && done[i] < q.steps) {
+          const auto token = int32_t(std::max_element(last[i].begin(), last[i].end()) - last[i].begin());
+          batch.add(slot[i], std::ssize(q.prompt) + done[i], token, true);
+        } else {
+          continue;
+        }
+        owner.push_back(i);
+      }
+      if (streamer) streamer->begin_step();
+      runner->forward(batch, logits.data());
+      for (size_t r = 0; r < owner.size(); ++r) {
+        const size_t i = owner[r];
+        last[i].assign(logits.begin() + int64_t(r) * n_vocab, logits.begin() + int64_t(r + 1) * n_vocab);
+        all.push_back(last[i]);
+        if (++done[i] == plan[i].steps) runner->remove_sequence(slot[i]);
+      }
+    }
+    if (streamer) {
+      EXPECT_LE(streamer->stats().cache.peak_bytes, budget);
+      EXPECT_EQ(streamer->stats().fallbacks, 0);
+      EXPECT_GT(streamer->stats().misses, 0);
+    }
+    return all;
+  };
+  const auto resident = run(dir, 0);
+  const auto streamed = run(packed, 2 * slot_bytes(packed));
+  ASSERT_EQ(streamed.size(), resident.size());
+  ASSERT_EQ(resident.size(), size_t(1 + 3 + 1 + 5 + 1 + 3));  // a prompt row and its steps, per sequence
+  for (size_t r = 0; r < resident.size(); ++r) EXPECT_EQ(streamed[r], resident[r]) << "logits row " << r;
+}
+
 TEST_P(Streaming, FallbackNeverWaitsAndCountsWhatItSkipped) {
   const fs::path dir = fixture(GetParam());
   const fs::path packed = pack(dir);
