@@ -22,6 +22,32 @@ enum class QkNorm {
 
 enum class RopeType { kDefault, kLinear };
 
+// What each layer is, chosen by the architecture's read_config. Adding a variant is one more
+// enumerator, the function that computes it in src/model/, its op on each device, and the arch file
+// that selects it.
+// How a layer mixes positions.
+enum class AttentionKind {
+  kGqa,  // grouped-query attention with RoPE and its options (bias, q/k norm, clip_qkv, window)
+};
+// A layer's feed-forward block.
+enum class FfnKind {
+  kDense,  // one SwiGLU MLP (intermediate_size)
+  kMoe,    // routed SwiGLU experts, plus the shared expert when the checkpoint has one
+};
+// How a MoE layer's router turns its logits into each token's experts and their weights.
+enum class RouterKind {
+  kSoftmaxTopK,  // softmax over every expert, the k most probable, renormalized when norm_topk_prob
+};
+struct LayerKind {
+  AttentionKind attention = AttentionKind::kGqa;
+  FfnKind ffn = FfnKind::kDense;
+  RouterKind router = RouterKind::kSoftmaxTopK;  // MoE layers only
+  bool operator==(const LayerKind&) const = default;
+};
+const char* name_of(AttentionKind kind);
+const char* name_of(FfnKind kind);
+const char* name_of(RouterKind kind);
+
 struct ModelConfig {
   Arch arch = Arch::kMixtral;
   std::string model_type;  // as in config.json: "mixtral", "qwen2_moe", ...
@@ -41,7 +67,7 @@ struct ModelConfig {
   int64_t n_ff_dense = 0;            // FFN size of dense (non-MoE) layers
   bool norm_topk_prob = false;       // renormalize the top-k routing weights
   bool shared_expert_gated = false;  // Qwen2-MoE: sigmoid(shared_expert_gate(x)) scales it
-  std::vector<bool> layer_is_moe;    // [n_layer]
+  std::vector<LayerKind> layers;     // [n_layer]
 
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
@@ -60,6 +86,7 @@ struct ModelConfig {
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   int64_t n_moe_layers() const;
+  bool is_moe_layer(int64_t layer) const { return layers[size_t(layer)].ffn == FfnKind::kMoe; }
   const char* arch_name() const;
 
   // Reads <dir>/config.json (and generation_config.json for the EOS list). Throws

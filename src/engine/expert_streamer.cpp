@@ -38,7 +38,7 @@ void check_pack_against_config(const PackManifest& m, const ModelConfig& c, cons
                 c.n_moe_layers(), c.n_expert);
   const std::vector<int64_t> in_shape = {c.n_ff_expert, c.n_embd}, out_shape = {c.n_embd, c.n_ff_expert};
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    if (!c.layer_is_moe[size_t(il)]) continue;
+    if (!c.is_moe_layer(il)) continue;
     for (int32_t e = 0; e < c.n_expert; ++e) {
       const auto it = m.experts.find(ExpertKey{int32_t(il), e});
       if (it == m.experts.end()) throw_error("{}: layer {} expert {} is missing", where, il, e);

@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 std::vector<int32_t> moe_layers_of(const ModelConfig& c) {
   std::vector<int32_t> layers;
   for (int64_t il = 0; il < c.n_layer; ++il)
-    if (c.layer_is_moe[size_t(il)]) layers.push_back(int32_t(il));
+    if (c.is_moe_layer(il)) layers.push_back(int32_t(il));
   return layers;
 }
 

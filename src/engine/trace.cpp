@@ -63,7 +63,7 @@ TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, cons
   header.n_expert_used = int32_t(c.n_expert_used);
   std::vector<int32_t> moe_index(size_t(c.n_layer), -1);
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    if (!c.layer_is_moe[size_t(il)]) continue;
+    if (!c.is_moe_layer(il)) continue;
     moe_index[size_t(il)] = int32_t(header.moe_layers.size());
     header.moe_layers.push_back(int32_t(il));
   }

@@ -127,9 +127,9 @@ void validate(const ModelConfig& c) {
     if (c.n_expert_used <= 0 || c.n_expert_used > c.n_expert)
       throw_error("num_experts_per_tok ({}) must be in [1, {}]", c.n_expert_used, c.n_expert);
   }
-  if (std::ssize(c.layer_is_moe) != c.n_layer) throw_error("internal: layer_is_moe not filled");
+  if (std::ssize(c.layers) != c.n_layer) throw_error("internal: the layer kinds are not filled");
   for (int64_t i = 0; i < c.n_layer; ++i)
-    if (!c.layer_is_moe[i] && c.n_ff_dense <= 0) throw_error("layer {} is dense but intermediate_size is missing", i);
+    if (!c.is_moe_layer(i) && c.n_ff_dense <= 0) throw_error("layer {} is dense but intermediate_size is missing", i);
   if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0)
     throw_error("rotary dimensions {} invalid for head_dim {}", c.n_rot, c.head_dim);
   if (!(c.rms_norm_eps > 0.0f)) throw_error("rms_norm_eps must be positive");
@@ -172,11 +172,33 @@ bool json_bool_or(const json& j, const char* key, bool fallback) {
 
 int64_t ModelConfig::n_moe_layers() const {
   int64_t n = 0;
-  for (bool moe : layer_is_moe) n += moe;
+  for (const LayerKind& layer : layers) n += layer.ffn == FfnKind::kMoe ? 1 : 0;
   return n;
 }
 
 const char* ModelConfig::arch_name() const { return arch_spec(arch).name; }
+
+const char* name_of(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kGqa: return "grouped-query attention";
+  }
+  return "?";
+}
+
+const char* name_of(FfnKind kind) {
+  switch (kind) {
+    case FfnKind::kDense: return "dense MLP";
+    case FfnKind::kMoe: return "mixture of experts";
+  }
+  return "?";
+}
+
+const char* name_of(RouterKind kind) {
+  switch (kind) {
+    case RouterKind::kSoftmaxTopK: return "softmax top-k";
+  }
+  return "?";
+}
 
 namespace {
 

@@ -188,16 +188,18 @@ void Model::forward_chunk(const Batch& batch, int64_t begin, int64_t n, KvStore&
     const LayerWeights& layer = weights_.layers[size_t(il)];
     for (int64_t t = 0; t < n; ++t)
       ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.attn_norm.data(), d, c.rms_norm_eps);
-    attention(il, batch, begin, n, kv, s, pool);  // s.ffn_out <- attention output [n, n_embd]
+    switch (c.layers[size_t(il)].attention) {
+      case AttentionKind::kGqa: attention(il, batch, begin, n, kv, s, pool); break;  // s.ffn_out <- [n, n_embd]
+    }
     trace(s, "attn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
 
     for (int64_t t = 0; t < n; ++t)
       ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.ffn_norm.data(), d, c.rms_norm_eps);
-    if (layer.is_moe)
-      moe(il, n, s, pool);
-    else
-      dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool);
+    switch (c.layers[size_t(il)].ffn) {
+      case FfnKind::kMoe: moe(il, n, s, pool); break;
+      case FfnKind::kDense: dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool); break;
+    }
     trace(s, "ffn_out", il, s.ffn_out.data(), n * d);
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
     trace(s, "layer_out", il, s.x.data(), n * d);

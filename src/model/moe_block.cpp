@@ -4,6 +4,7 @@
 
 #include "chronos/model.h"
 #include "chronos/thread_pool.h"
+#include "model/router.h"
 #include "model/scratch.h"
 
 namespace chronos {
@@ -27,16 +28,12 @@ constexpr int64_t kMaxTaskWork = 1024;
 void Model::moe(int64_t il, int64_t n, Scratch& s, ThreadPool& pool) const {
   const ModelConfig& c = config_;
   const LayerWeights& l = weights_.layers[size_t(il)];
-  const int64_t d = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used, n_ff = c.n_ff_expert;
+  const int64_t d = c.n_embd, n_exp = c.n_expert, n_ff = c.n_ff_expert;
   MoePlan& plan = s.plan;
 
-  // Route: probabilities over experts, top-k, optional renormalization.
+  // Route: the layer's router kind from the logits to each row's experts, weights and scores.
   ops::matmul(s.router.data(), s.xn.data(), l.router, n, pool);  // [n, n_expert]
-  for (int64_t t = 0; t < n; ++t) {
-    float* probs = s.router.data() + t * n_exp;
-    ops::softmax(probs, n_exp);
-    ops::top_k(s.top_ids.data() + t * k, s.top_w.data() + t * k, probs, n_exp, k, c.norm_topk_prob);
-  }
+  route_rows(c.layers[size_t(il)].router, c, s.router.data(), s.top_ids.data(), s.top_w.data(), n);
   plan.route(il, n, s.top_ids.data(), s.top_w.data(), s.router.data(), s.hooks->route, s.row_seqs.data());
   trace(s, "router_probs", il, s.router.data(), n * n_exp);
 

@@ -173,8 +173,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   ModelWeights& w = model->weights_;
   w.layers.resize(size_t(c.n_layer));
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    w.layers[size_t(il)].is_moe = c.layer_is_moe[size_t(il)];
-    if (c.layer_is_moe[size_t(il)]) w.layers[size_t(il)].experts.resize(size_t(c.n_expert));
+    w.layers[size_t(il)].is_moe = c.is_moe_layer(il);
+    if (c.is_moe_layer(il)) w.layers[size_t(il)].experts.resize(size_t(c.n_expert));
   }
 
   const std::vector<TensorSpec> table = arch_spec(c.arch).tensor_table(c);

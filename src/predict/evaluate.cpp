@@ -86,7 +86,7 @@ PredictorEvaluation evaluate_on(Predictors& predictors, const TraceData& data, c
     if (c.n_embd != d || c.n_expert != E)
       throw_error("model: n_embd {} / {} experts does not match the predictors ({} / {})", c.n_embd, c.n_expert, d, E);
     for (int32_t layer : pack.shape.moe_layers) {
-      if (layer >= c.n_layer || !c.layer_is_moe[size_t(layer)])
+      if (layer >= c.n_layer || !c.is_moe_layer(layer))
         throw_error("model: layer {} is not an MoE layer, but the predictors have it as one", layer);
       layer_weights.push_back(&model->weights().layers[size_t(layer)]);
     }

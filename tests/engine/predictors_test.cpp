@@ -505,7 +505,7 @@ TEST(PredictorEvaluationTest, GateBaselineUsesTheLaterLayersRouter) {
   const auto model = Model::load(model_dir);
   const ModelConfig& c = model->config();
   ASSERT_EQ(c.n_embd, 64);
-  ASSERT_TRUE(c.layer_is_moe[0] && !c.layer_is_moe[1] && c.layer_is_moe[2]);
+  ASSERT_TRUE(c.is_moe_layer(0) && !c.is_moe_layer(1) && c.is_moe_layer(2));
   const LayerWeights& layer2 = model->weights().layers[2];
   ASSERT_EQ(layer2.router.dtype, DType::kF32);
   const auto* router = static_cast<const float*>(layer2.router.data);  // [8, 64]

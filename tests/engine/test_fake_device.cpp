@@ -259,7 +259,7 @@ TEST_F(FakeDeviceStreaming, ComputeStreamWaitsForCopiesAndSlotsAreNotOverwritten
   for (int step = 0; step < 40; ++step) {
     streamer.begin_step();
     for (int64_t il = 0; il < c.n_layer; ++il) {
-      if (!c.layer_is_moe[size_t(il)]) continue;
+      if (!c.is_moe_layer(il)) continue;
       std::shuffle(all.begin(), all.end(), rng);
       std::vector<int32_t> ids(all.begin(), all.begin() + 2);
       std::sort(ids.begin(), ids.end());

@@ -11,9 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::write_file(dir / "config.json", data, size);
   try {
     const auto config = ModelConfig::load(dir);
-    CHRONOS_FUZZ_CHECK(config.n_layer > 0 && int64_t(config.layer_is_moe.size()) == config.n_layer,
-                       "%lld layers, %zu MoE flags", static_cast<long long>(config.n_layer),
-                       config.layer_is_moe.size());
+    CHRONOS_FUZZ_CHECK(config.n_layer > 0 && int64_t(config.layers.size()) == config.n_layer,
+                       "%lld layers, %zu layer kinds", static_cast<long long>(config.n_layer), config.layers.size());
     CHRONOS_FUZZ_CHECK(config.n_embd > 0 && config.n_head > 0 && config.n_head_kv > 0 && config.head_dim > 0,
                        "non-positive width");
     if (config.n_moe_layers() > 0) {

@@ -55,7 +55,7 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.n_ff_dense, b.n_ff_dense);
   EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
   EXPECT_EQ(a.shared_expert_gated, b.shared_expert_gated);
-  EXPECT_EQ(a.layer_is_moe, b.layer_is_moe);
+  EXPECT_TRUE(a.layers == b.layers);
   EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
   EXPECT_EQ(a.rope_theta, b.rope_theta);
   EXPECT_EQ(a.n_rot, b.n_rot);

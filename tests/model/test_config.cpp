@@ -57,7 +57,9 @@ json qwen2_moe() {
 TEST_F(ConfigTest, QwenDenseLayerRuleIsOneBased) {
   const ModelConfig c = load(qwen2_moe());
   // (i + 1) % 2 == 0 -> layers 1, 3, 5; layer 3 is listed in mlp_only_layers.
-  EXPECT_EQ(c.layer_is_moe, (std::vector<bool>{false, true, false, false, false, true}));
+  std::vector<bool> moe;
+  for (int64_t i = 0; i < c.n_layer; ++i) moe.push_back(c.is_moe_layer(i));
+  EXPECT_EQ(moe, (std::vector<bool>{false, true, false, false, false, true}));
   EXPECT_EQ(c.n_moe_layers(), 2);
   EXPECT_EQ(c.n_ff_dense, 96);
   EXPECT_EQ(c.n_ff_expert, 32);

@@ -59,7 +59,7 @@ struct Capture {
 
 int64_t first_moe_layer(const ModelConfig& c) {
   for (int64_t i = 0; i < c.n_layer; ++i)
-    if (c.layer_is_moe[size_t(i)]) return i;
+    if (c.is_moe_layer(i)) return i;
   return -1;
 }
 

@@ -9,7 +9,7 @@ void read_config(const nlohmann::json& j, ModelConfig& c) {
   c.n_expert = json_int(j, "num_local_experts");
   c.n_ff_expert = json_int(j, "intermediate_size");
   c.norm_topk_prob = true;  // Mixtral has no such key: it always renormalizes
-  c.layer_is_moe.assign(size_t(c.n_layer), true);
+  c.layers.assign(size_t(c.n_layer), LayerKind{.ffn = FfnKind::kMoe});
   c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-5));
   if (!j.contains("rope_theta") && !(j.contains("rope_parameters") && j["rope_parameters"].contains("rope_theta")))
     c.rope_theta = 1e6f;

@@ -12,7 +12,7 @@ void read_config(const nlohmann::json& j, ModelConfig& c) {
   if (c.n_expert <= 0) throw_error("missing key 'num_experts'");
   c.n_ff_expert = json_int(j, "intermediate_size");
   c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", false);
-  c.layer_is_moe.assign(size_t(c.n_layer), true);
+  c.layers.assign(size_t(c.n_layer), LayerKind{.ffn = FfnKind::kMoe});
   c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-5));
   c.qk_norm = QkNorm::kFullWidth;
   if (json_bool_or(j, "attention_bias", false)) throw_error("attention_bias: true is not supported");

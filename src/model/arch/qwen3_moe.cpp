@@ -21,7 +21,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   add_global_tensors(c, out);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     add_attention_tensors(c, il, out);
-    if (c.layer_is_moe[size_t(il)])
+    if (c.is_moe_layer(il))
       qwen_moe::add_moe_tensors(c, il, out);
     else
       add_dense_mlp_tensors(c, il, out);

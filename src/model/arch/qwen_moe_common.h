@@ -18,10 +18,10 @@ inline void read_layer_kinds(const nlohmann::json& j, ModelConfig& c) {
   std::vector<int64_t> mlp_only;
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null())
     mlp_only = j["mlp_only_layers"].get<std::vector<int64_t>>();
-  c.layer_is_moe.assign(size_t(c.n_layer), false);
+  c.layers.assign(size_t(c.n_layer), LayerKind{});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const bool listed = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
-    c.layer_is_moe[size_t(i)] = !listed && c.n_expert > 0 && (i + 1) % step == 0;
+    if (!listed && c.n_expert > 0 && (i + 1) % step == 0) c.layers[size_t(i)].ffn = FfnKind::kMoe;
   }
   if (json_bool_or(j, "use_sliding_window", false)) throw_error("use_sliding_window: true is not supported");
 }

@@ -347,7 +347,7 @@ class CudaRunner final : public ModelRunner {
       trace("attn_out", il, ffn_out_, n * d);
       cuda::add(x_, ffn_out_, n * d, stream_);
       cuda::rmsnorm(xn_, x_, l.ffn_norm, n, d, d, c.rms_norm_eps, stream_);
-      if (c.layer_is_moe[size_t(il)])
+      if (c.is_moe_layer(il))
         moe(il, n);
       else
         ffn(l.dense, n, xn_, ffn_out_);
@@ -427,9 +427,14 @@ class CudaRunner final : public ModelRunner {
     const DeviceLayer& l = layers_[size_t(il)];
     const int64_t d = c.n_embd, n_exp = c.n_expert, k = c.n_expert_used, n_ff = c.n_ff_expert, rows = n * k;
 
-    // Route on the device; the host needs the selection to pick expert slots.
+    // Route on the device (one kernel per router kind, router.h's contract); the host needs the
+    // selection to pick expert slots.
     project(router_, xn_, l.router, n);
-    cuda::router_topk(top_ids_, top_w_, router_, router_, n, n_exp, k, c.norm_topk_prob, stream_);
+    switch (c.layers[size_t(il)].router) {
+      case RouterKind::kSoftmaxTopK:
+        cuda::router_topk(top_ids_, top_w_, router_, router_, n, n_exp, k, c.norm_topk_prob, stream_);
+        break;
+    }
     to_host(host_top_ids_, top_ids_, rows * int64_t(sizeof(int32_t)));
     to_host(host_top_w_, top_w_, rows * int64_t(sizeof(float)));
     const bool want_probs = hooks_.route || hooks_.trace;

@@ -1,0 +1,21 @@
+// The router kinds on the CPU (router.h); the CUDA runner has one kernel per kind.
+#include "model/router.h"
+
+#include "chronos/ops.h"
+
+namespace chronos {
+
+void route_rows(RouterKind kind, const ModelConfig& c, float* scores, int32_t* ids, float* weights, int64_t n) {
+  const int64_t n_expert = c.n_expert, k = c.n_expert_used;
+  switch (kind) {
+    case RouterKind::kSoftmaxTopK:
+      for (int64_t t = 0; t < n; ++t) {
+        float* probs = scores + t * n_expert;
+        ops::softmax(probs, n_expert);
+        ops::top_k(ids + t * k, weights + t * k, probs, n_expert, k, c.norm_topk_prob);
+      }
+      return;
+  }
+}
+
+}  // namespace chronos
