@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "chronos/model_config.h"
@@ -15,6 +16,7 @@
 
 namespace chronos {
 
+class GgufFile;
 class ThreadPool;
 class Stream;
 struct GgufTensors;
@@ -234,6 +236,11 @@ class Model {
   // Every tensor the model was loaded from, under its Hugging Face name, sorted by name: the
   // store's, or for a .gguf file its tensors as mapped (a block-typed one has its block dtype).
   std::vector<const TensorInfo*> all_tensors() const;
+  // A model loaded from one .gguf file: that file, opened and checked once, and the config.json
+  // text built from its key-values (what a pack of it writes and its fingerprint hashes). Null and
+  // empty for a checkpoint or a pack.
+  const GgufFile* gguf_file() const;
+  const std::string& gguf_config_json() const { return gguf_config_json_; }
 
   // Scratch for up to max_batch tokens per forward step, sized once (the forward allocates nothing).
   struct Scratch;
@@ -277,6 +284,7 @@ class Model {
   ModelConfig config_;
   TensorStore store_;
   std::shared_ptr<const GgufTensors> gguf_;  // a model loaded from one .gguf file
+  std::string gguf_config_json_;
   ModelWeights weights_;
   ModelSizes sizes_;
   bool experts_streamed_ = false;

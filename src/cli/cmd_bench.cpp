@@ -120,7 +120,7 @@ int run_bench(const BenchArgs& args) {
   const auto prompts_all = read_prompts_jsonl(args.prompts);
   auto model = Model::load(dir);
   if (!model->experts_streamed()) throw_error("{}: chronos bench needs a pack folder (chronos pack)", dir.string());
-  const Tokenizer tokenizer = open_tokenizer(dir);
+  const Tokenizer tokenizer = open_tokenizer(*model, dir);
   const ModelConfig& c = model->config();
   const int64_t n_ctx = std::min(args.ctx_size, c.n_ctx_train);
   if (args.n_predict + 1 >= n_ctx)

@@ -118,7 +118,7 @@ int run_generate(const GenerateArgs& args) {
   const StreamingFlags& streaming = args.streaming;
   streamer_options(streaming, int64_t(1) << 40);  // every streaming flag checked before the model loads
   const auto model = Model::load(dir);
-  const Tokenizer tokenizer = open_tokenizer(dir);
+  const Tokenizer tokenizer = open_tokenizer(*model, dir);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const ModelConfig& cfg = model->config();
 

@@ -37,7 +37,7 @@ int run_trace(const TraceArgs& args) {
   if (args.limit > 0 && args.limit < std::ssize(prompts)) prompts.resize(size_t(args.limit));
   const auto model = Model::load(dir);
   if (model->experts_streamed()) throw_error("{}: trace a Hugging Face checkpoint, not a pack", dir.string());
-  const Tokenizer tokenizer = open_tokenizer(dir);
+  const Tokenizer tokenizer = open_tokenizer(*model, dir);
   TraceOptions options;
   options.max_new_tokens = args.n_predict;
   options.sampling = read_generation_defaults(dir);

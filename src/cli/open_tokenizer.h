@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "chronos/gguf.h"
+#include "chronos/model.h"
 #include "chronos/model_config.h"
 #include "chronos/tokenizer.h"
 
@@ -13,6 +14,12 @@ namespace chronos::cli {
 inline Tokenizer open_tokenizer(const std::filesystem::path& model) {
   if (is_gguf_path(model)) return Tokenizer::from_gguf(*GgufFile::open(model));
   return Tokenizer::load(model);
+}
+
+// The tokenizer of a model already loaded from `dir`: a GGUF file is not opened and parsed again.
+inline Tokenizer open_tokenizer(const Model& model, const std::filesystem::path& dir) {
+  if (const GgufFile* file = model.gguf_file()) return Tokenizer::from_gguf(*file);
+  return Tokenizer::load(dir);
 }
 
 }  // namespace chronos::cli

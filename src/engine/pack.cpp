@@ -98,8 +98,8 @@ WeightView convert_weight(const WeightView& w, DType target, std::vector<std::by
 }
 
 std::string model_fingerprint_of(const Model& model, const fs::path& model_dir) {
-  if (!is_gguf_path(model_dir)) return model_fingerprint(model_dir);
-  return model_fingerprint(config_json_from_gguf(*GgufFile::open(model_dir)), model.all_tensors());
+  if (model.gguf_file() == nullptr) return model_fingerprint(model_dir);
+  return model_fingerprint(model.gguf_config_json(), model.all_tensors());
 }
 
 CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path& trace_dir, int64_t* n_tokens) {
@@ -171,14 +171,10 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   ThreadPool pool(options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency())));
   // A GGUF file has no folder of side files: its config and tokenizer are written from its
   // key-values, and the fingerprint hashes that config and the tensors as loaded.
-  const bool from_gguf = is_gguf_path(model_dir);
-  std::string gguf_config;
-  TokenizerFiles gguf_tokenizer;
-  if (from_gguf) {
-    const auto file = GgufFile::open(model_dir);
-    gguf_config = config_json_from_gguf(*file);
-    gguf_tokenizer = tokenizer_files_from_gguf(*file);
-    write_file_atomically(tmp / "config.json", gguf_config);
+  const bool from_gguf = model.gguf_file() != nullptr;
+  if (from_gguf) {  // the file the model was loaded from, parsed and checked once
+    const TokenizerFiles gguf_tokenizer = tokenizer_files_from_gguf(*model.gguf_file());
+    write_file_atomically(tmp / "config.json", model.gguf_config_json());
     write_file_atomically(tmp / "tokenizer.json", gguf_tokenizer.tokenizer_json);
     write_file_atomically(tmp / "tokenizer_config.json", gguf_tokenizer.tokenizer_config_json);
   }

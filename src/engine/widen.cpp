@@ -21,18 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The config.json key that holds the routed-expert FFN size.
-const char* expert_size_key(Arch arch) {
-  switch (arch) {
-    case Arch::kQwen2Moe:
-    case Arch::kQwen3Moe: return "moe_intermediate_size";
-    case Arch::kMixtral:
-    case Arch::kOlmoe: return "intermediate_size";
-  }
-  CHRONOS_CHECK_MSG(false, "no expert-size key for architecture {}", int(arch));
-  return "";
-}
-
 // Files that describe the tokenizer, generation defaults or the license: copied verbatim.
 // Weights in other formats (pytorch_model.bin, ...) are not: they would keep the old shapes.
 bool is_companion_file(const std::string& name) {
@@ -189,7 +177,7 @@ WidenResult widen_model(const fs::path& model_dir, const fs::path& out_dir, cons
   }
 
   nlohmann::ordered_json config = nlohmann::ordered_json::parse(read_text(model_dir / "config.json"));
-  config[expert_size_key(cfg.arch)] = options.expert_ffn;
+  config[arch_spec(cfg.arch).expert_ffn_key] = options.expert_ffn;
   write_text(temp.path() / "config.json", config.dump(2) + "\n");
   for (const auto& entry : fs::directory_iterator(model_dir)) {
     const std::string name = entry.path().filename().string();

@@ -9,30 +9,34 @@
 #include "chronos/error.h"
 #include "chronos/gguf.h"
 #include "chronos/model_config.h"
+#include "model/arch/arch.h"
 
 namespace chronos {
 namespace {
 
 using nlohmann::json;
 
-// GGUF's general.architecture -> config.json's model_type (llama with experts is Mixtral).
-std::string model_type_of(const GgufFile& f, const std::string& arch, int64_t n_expert) {
-  if (arch == "llama") {
-    if (n_expert <= 0)
-      throw_error("{}: key general.architecture: a dense llama model (no llama.expert_count); only MoE models run",
-                  f.path().string());
-    return "mixtral";
-  }
-  if (arch == "qwen2moe") return "qwen2_moe";
-  if (arch == "qwen3moe") return "qwen3_moe";
-  if (arch == "olmoe") return "olmoe";
-  throw_error(
-      "{}: key general.architecture: '{}' is not supported (supported: llama with experts (Mixtral), "
-      "qwen2moe, qwen3moe, olmoe)",
-      f.path().string(), arch);
+// general.architecture -> the architecture whose GGUF files carry that name.
+const ArchSpec& arch_of(const GgufFile& f, const std::string& name) {
+  if (const ArchSpec* spec = find_gguf_arch(name)) return *spec;
+  std::string supported;
+  for (const ArchSpec* spec : all_archs())
+    supported += fmt::format("{}{} ({})", supported.empty() ? "" : ", ", spec->gguf_arch, spec->name);
+  throw_error("{}: key general.architecture: '{}' is not supported (supported: {})", f.path().string(), name,
+              supported);
 }
 
 }  // namespace
+
+std::string GgufFacts::key(std::string_view suffix) const { return fmt::format("{}.{}", arch, suffix); }
+std::optional<int64_t> GgufFacts::int_key(std::string_view suffix) const { return file.get_int(key(suffix)); }
+std::optional<double> GgufFacts::file_float(std::string_view suffix) const { return file.get_float(key(suffix)); }
+std::optional<int64_t> GgufFacts::tensor_rows(const std::string& name) const {
+  const GgufTensor* t = file.find(name);
+  if (t == nullptr || t->shape.size() < 2) return std::nullopt;
+  return t->shape[t->shape.size() - 2];
+}
+bool GgufFacts::has_tensor(const std::string& name) const { return file.find(name) != nullptr; }
 
 bool is_gguf_path(const std::filesystem::path& path) {
   std::string extension = path.extension().string();
@@ -42,30 +46,28 @@ bool is_gguf_path(const std::filesystem::path& path) {
   return extension == ".gguf" && std::filesystem::is_regular_file(path, ec);
 }
 
+// The keys every architecture's file has the same way; then the architecture's own (arch/<name>.cpp).
 std::string config_json_from_gguf(const GgufFile& f) {
-  const std::string file = f.path().string();
   const auto arch_value = f.get_string("general.architecture");
-  if (!arch_value) throw_error("{}: key general.architecture is missing", file);
-  const std::string& arch = *arch_value;
-  const auto key = [&](std::string_view suffix) { return fmt::format("{}.{}", arch, suffix); };
+  if (!arch_value) throw_error("{}: key general.architecture is missing", f.path().string());
+  const ArchSpec& spec = arch_of(f, *arch_value);
+  GgufFacts facts{f, f.path().string(), *arch_value};
+  const std::string& file = facts.path;
+  const auto key = [&](std::string_view suffix) { return facts.key(suffix); };
   const auto required = [&](std::string_view suffix) {
-    const auto value = f.get_int(key(suffix));
+    const auto value = facts.int_key(suffix);
     if (!value) throw_error("{}: key {} is missing", file, key(suffix));
     return *value;
   };
-  const auto optional_int = [&](std::string_view suffix) { return f.get_int(key(suffix)); };
-  const auto tensor_rows = [&](const std::string& name) -> std::optional<int64_t> {
-    const GgufTensor* t = f.find(name);
-    if (t == nullptr || t->shape.size() < 2) return std::nullopt;
-    return t->shape[t->shape.size() - 2];
-  };
+  const auto optional_int = [&](std::string_view suffix) { return facts.int_key(suffix); };
 
-  const int64_t n_expert = optional_int("expert_count").value_or(0);
+  facts.n_expert = optional_int("expert_count").value_or(0);
   json j;
-  j["model_type"] = model_type_of(f, arch, n_expert);
+  j["model_type"] = spec.model_type;
   j["hidden_act"] = "silu";
   j["hidden_size"] = required("embedding_length");
   const int64_t n_layer = required("block_count");
+  facts.n_layer = n_layer;
   j["num_hidden_layers"] = n_layer;
   const int64_t n_head = required("attention.head_count");
   j["num_attention_heads"] = n_head;
@@ -99,50 +101,19 @@ std::string config_json_from_gguf(const GgufFile& f) {
   if (const auto eos = f.get_int("tokenizer.ggml.eos_token_id")) j["eos_token_id"] = *eos;
 
   // The routed expert FFN size: the key, else the rows of the stacked gate tensor of a MoE layer.
-  std::optional<int64_t> n_ff_expert = optional_int("expert_feed_forward_length");
-  std::vector<int64_t> dense_layers;  // layers without a router: Qwen's mlp_only_layers
+  facts.n_ff_expert = optional_int("expert_feed_forward_length");
   for (int64_t il = 0; il < n_layer; ++il) {
     if (f.find(fmt::format("blk.{}.ffn_gate_inp.weight", il)) == nullptr) {
-      dense_layers.push_back(il);
-    } else if (!n_ff_expert) {
-      n_ff_expert = tensor_rows(fmt::format("blk.{}.ffn_gate_exps.weight", il));
+      facts.dense_layers.push_back(il);
+    } else if (!facts.n_ff_expert) {
+      facts.n_ff_expert = facts.tensor_rows(fmt::format("blk.{}.ffn_gate_exps.weight", il));
     }
   }
-  const auto n_ff = optional_int("feed_forward_length");
+  facts.n_ff = optional_int("feed_forward_length");
   // Whether the top-k routing weights are renormalized: the key when the file has it, else what
-  // llama.cpp does for the architecture (Mixtral and Qwen3-MoE renormalize, Qwen2-MoE and OLMoE not).
-  const auto norm_key = f.get_bool(key("expert_weights_norm"));
-
-  const std::string model_type = j["model_type"];
-  if (model_type == "mixtral") {
-    j["num_local_experts"] = n_expert;
-    j["intermediate_size"] = n_ff_expert ? *n_ff_expert : n_ff.value_or(0);
-    if (!dense_layers.empty())
-      throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing (every Mixtral layer has a router)", file,
-                  dense_layers.front());
-  } else {
-    j["num_experts"] = n_expert;
-    j["moe_intermediate_size"] = n_ff_expert.value_or(0);
-    if (n_ff) j["intermediate_size"] = *n_ff;
-    if (model_type == "olmoe") {
-      j["intermediate_size"] = n_ff_expert ? *n_ff_expert : n_ff.value_or(0);
-      if (const auto clip = f.get_float(key("attention.clamp_kqv"))) j["clip_qkv"] = *clip;
-      if (!dense_layers.empty())
-        throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing (every OLMoE layer has a router)", file,
-                    dense_layers.front());
-    } else {
-      j["mlp_only_layers"] = dense_layers;
-      j["decoder_sparse_step"] = 1;
-    }
-    if (model_type == "qwen2_moe") {
-      std::optional<int64_t> n_ff_shared = optional_int("expert_shared_feed_forward_length");
-      for (int64_t il = 0; il < n_layer && !n_ff_shared; ++il)
-        n_ff_shared = tensor_rows(fmt::format("blk.{}.ffn_gate_shexp.weight", il));
-      j["shared_expert_intermediate_size"] = n_ff_shared.value_or(0);
-      j["qkv_bias"] = f.find("blk.0.attn_q.bias") != nullptr;
-    }
-  }
-  j["norm_topk_prob"] = norm_key.value_or(model_type == "mixtral" || model_type == "qwen3_moe");
+  // llama.cpp does for the architecture (its gguf_config's default).
+  facts.norm_topk = f.get_bool(key("expert_weights_norm"));
+  spec.gguf_config(facts, j);
   return j.dump(2) + "\n";
 }
 

@@ -1,5 +1,6 @@
 // map_gguf_tensors: llama.cpp's tensor names (gguf-py's tensor_mapping.py) back to the Hugging
-// Face names of src/model/arch/, one table for the four architectures.
+// Face names of src/model/arch/: the names every architecture shares here, the router's, the
+// experts' and llama's permuted Q/K rows from the architecture's GgufNames.
 #include "model/gguf_tensors.h"
 
 #include <fmt/ranges.h>
@@ -10,6 +11,7 @@
 
 #include "chronos/error.h"
 #include "chronos/ops.h"
+#include "model/arch/arch.h"
 
 namespace chronos {
 namespace {
@@ -82,10 +84,9 @@ std::vector<const TensorInfo*> GgufTensors::all() const {
 std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> file, const ModelConfig& c) {
   auto out = std::make_shared<GgufTensors>();
   const std::string path = file->path().string();
-  const bool llama = c.arch == Arch::kMixtral;
-  const std::string router = llama ? "block_sparse_moe.gate.weight" : "mlp.gate.weight";
-  const std::string experts = llama ? "block_sparse_moe.experts" : "mlp.experts";
-  const char* const expert_proj[3] = {llama ? "w1" : "gate_proj", llama ? "w3" : "up_proj", llama ? "w2" : "down_proj"};
+  const GgufNames& names = arch_spec(c.arch).gguf_names;
+  const std::string router = names.router, experts = names.experts;
+  const char* const expert_proj[3] = {names.gate, names.up, names.down};
 
   const auto add = [&](const GgufTensor& t, std::string hf_name, std::vector<int64_t> shape, const std::byte* data,
                        int64_t n_bytes, DType dtype) {
@@ -180,7 +181,7 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
     }
     const bool q = rest == "attn_q.weight" || rest == "attn_q.bias";
     const bool k = rest == "attn_k.weight" || rest == "attn_k.bias";
-    if (llama && (q || k)) {
+    if (names.permuted_qk && (q || k)) {
       const int64_t n_head = q ? c.n_head : c.n_head_kv;
       const int64_t rows = t.shape[0];
       if (t.shape.size() > 2 || rows != n_head * c.head_dim || c.head_dim % 2 != 0)

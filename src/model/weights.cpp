@@ -134,13 +134,17 @@ Model::~Model() = default;
 
 std::vector<const TensorInfo*> Model::all_tensors() const { return gguf_ ? gguf_->all() : store_.all(); }
 
+const GgufFile* Model::gguf_file() const { return gguf_ ? gguf_->file.get() : nullptr; }
+
 std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   std::unique_ptr<Model> model(new Model());
   // A .gguf file: the config from its key-values, its tensors under the HF names (gguf_tensors.h).
   const bool gguf = is_gguf_path(dir);
   if (gguf) {
     auto file = GgufFile::open(dir);
-    model->config_ = ModelConfig::from_gguf(*file);
+    model->gguf_config_json_ = config_json_from_gguf(*file);
+    model->config_ = ModelConfig::from_json_text(
+        model->gguf_config_json_, fmt::format("{} (config built from its key-values)", file->path().string()));
     model->gguf_ = map_gguf_tensors(std::move(file), model->config_);
   } else {
     model->config_ = ModelConfig::load(dir);

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@
 #include "chronos/model_config.h"
 
 namespace chronos {
+
+class GgufFile;
 
 // What a checkpoint tensor is for. The loader binds each role to a field of the weights.
 enum class TensorRole {
@@ -48,6 +51,36 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+// What the common part of config_json_from_gguf (gguf_config.cpp) found in a GGUF file, for the
+// architecture's own keys.
+struct GgufFacts {
+  const GgufFile& file;
+  std::string path;      // for messages
+  std::string arch;      // general.architecture: keys are "<arch>.<suffix>"
+  int64_t n_expert = 0;  // <arch>.expert_count, 0 when absent
+  int64_t n_layer = 0;
+  std::optional<int64_t> n_ff_expert;  // <arch>.expert_feed_forward_length, or a MoE layer's gate rows
+  std::optional<int64_t> n_ff;         // <arch>.feed_forward_length
+  std::vector<int64_t> dense_layers;   // layers without a router tensor (blk.N.ffn_gate_inp)
+  std::optional<bool> norm_topk;       // <arch>.expert_weights_norm
+  std::string key(std::string_view suffix) const;
+  std::optional<int64_t> int_key(std::string_view suffix) const;
+  std::optional<double> file_float(std::string_view suffix) const;  // <arch>.<suffix>
+  // Rows of a named tensor with at least two dimensions.
+  std::optional<int64_t> tensor_rows(const std::string& name) const;
+  bool has_tensor(const std::string& name) const;
+};
+
+// The Hugging Face names a GGUF file's tensors map to where architectures differ.
+struct GgufNames {
+  const char* router;            // after "model.layers.N.", e.g. "mlp.gate.weight"
+  const char* experts;           // e.g. "mlp.experts"
+  const char *gate, *up, *down;  // the expert projections, e.g. "gate_proj"
+  bool permuted_qk = false;      // llama.cpp's converter interleaved Q/K rotary halves (llama)
+};
+
+// One architecture, all of it in its arch/<name>.cpp: its config.json quirks, its tensor table, and
+// how its GGUF files name it, its keys and its tensors.
 struct ArchSpec {
   Arch arch;
   const char* model_type;  // config.json "model_type"
@@ -56,6 +89,12 @@ struct ArchSpec {
   void (*read_config)(const nlohmann::json& json, ModelConfig& cfg);
   // Every tensor the model needs, with its expected shape.
   std::vector<TensorSpec> (*tensor_table)(const ModelConfig& cfg);
+  const char* gguf_arch;  // general.architecture of its GGUF files
+  // Writes the architecture's config.json keys from a GGUF file (the common ones are already in
+  // json); throws Error naming the file for what the architecture cannot be.
+  void (*gguf_config)(const GgufFacts& facts, nlohmann::json& json);
+  GgufNames gguf_names;
+  const char* expert_ffn_key;  // config.json key of the routed experts' FFN size (chronos widen writes it)
 };
 
 const ArchSpec& arch_mixtral();
@@ -66,6 +105,7 @@ const ArchSpec& arch_olmoe();
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();
 const ArchSpec* find_arch(std::string_view model_type);
+const ArchSpec* find_gguf_arch(std::string_view gguf_arch);
 const ArchSpec& arch_spec(Arch arch);
 
 // Shared helpers for the arch files: the tensors every Llama-style decoder has.

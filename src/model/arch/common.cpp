@@ -20,6 +20,12 @@ const ArchSpec* find_arch(std::string_view model_type) {
   return nullptr;
 }
 
+const ArchSpec* find_gguf_arch(std::string_view gguf_arch) {
+  for (const ArchSpec* arch : all_archs())
+    if (gguf_arch == arch->gguf_arch) return arch;
+  return nullptr;
+}
+
 const ArchSpec& arch_spec(Arch arch) {
   for (const ArchSpec* spec : all_archs())
     if (spec->arch == arch) return *spec;

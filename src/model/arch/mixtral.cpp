@@ -33,10 +33,28 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
+// llama.cpp writes Mixtral as "llama" with experts; its files have no dense layers.
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  if (f.n_expert <= 0)
+    throw_error("{}: key general.architecture: a dense llama model (no llama.expert_count); only MoE models run",
+                f.path);
+  if (!f.dense_layers.empty())
+    throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing (every Mixtral layer has a router)", f.path,
+                f.dense_layers.front());
+  j["num_local_experts"] = f.n_expert;
+  j["intermediate_size"] = f.n_ff_expert ? *f.n_ff_expert : f.n_ff.value_or(0);
+  j["norm_topk_prob"] = f.norm_topk.value_or(true);
+}
+
 }  // namespace
 
 const ArchSpec& arch_mixtral() {
-  static const ArchSpec spec{Arch::kMixtral, "mixtral", "Mixtral", read_config, tensor_table};
+  static const ArchSpec spec{
+      Arch::kMixtral,     "mixtral",
+      "Mixtral",          read_config,
+      tensor_table,       "llama",
+      gguf_config,        {"block_sparse_moe.gate.weight", "block_sparse_moe.experts", "w1", "w3", "w2", true},
+      "intermediate_size"};
   return spec;
 }
 

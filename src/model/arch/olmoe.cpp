@@ -34,10 +34,24 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  if (!f.dense_layers.empty())
+    throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing (every OLMoE layer has a router)", f.path,
+                f.dense_layers.front());
+  j["num_experts"] = f.n_expert;
+  j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
+  j["intermediate_size"] = f.n_ff_expert ? *f.n_ff_expert : f.n_ff.value_or(0);
+  if (const auto clip = f.file_float("attention.clamp_kqv")) j["clip_qkv"] = *clip;
+  j["norm_topk_prob"] = f.norm_topk.value_or(false);
+}
+
 }  // namespace
 
 const ArchSpec& arch_olmoe() {
-  static const ArchSpec spec{Arch::kOlmoe, "olmoe", "OLMoE", read_config, tensor_table};
+  static const ArchSpec spec{
+      Arch::kOlmoe,       "olmoe", "OLMoE",     read_config,
+      tensor_table,       "olmoe", gguf_config, {"mlp.gate.weight", "mlp.experts", "gate_proj", "up_proj", "down_proj"},
+      "intermediate_size"};
   return spec;
 }
 

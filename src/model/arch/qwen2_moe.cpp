@@ -38,10 +38,22 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  qwen_moe::gguf_config(f, j);
+  std::optional<int64_t> n_ff_shared = f.int_key("expert_shared_feed_forward_length");
+  for (int64_t il = 0; il < f.n_layer && !n_ff_shared; ++il)
+    n_ff_shared = f.tensor_rows(fmt::format("blk.{}.ffn_gate_shexp.weight", il));
+  j["shared_expert_intermediate_size"] = n_ff_shared.value_or(0);
+  j["qkv_bias"] = f.has_tensor("blk.0.attn_q.bias");
+  j["norm_topk_prob"] = f.norm_topk.value_or(false);
+}
+
 }  // namespace
 
 const ArchSpec& arch_qwen2_moe() {
-  static const ArchSpec spec{Arch::kQwen2Moe, "qwen2_moe", "Qwen2-MoE", read_config, tensor_table};
+  static const ArchSpec spec{Arch::kQwen2Moe, "qwen2_moe",          "Qwen2-MoE",
+                             read_config,     tensor_table,         "qwen2moe",
+                             gguf_config,     qwen_moe::kGgufNames, "moe_intermediate_size"};
   return spec;
 }
 

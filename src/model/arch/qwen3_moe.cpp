@@ -29,10 +29,17 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  qwen_moe::gguf_config(f, j);
+  j["norm_topk_prob"] = f.norm_topk.value_or(true);
+}
+
 }  // namespace
 
 const ArchSpec& arch_qwen3_moe() {
-  static const ArchSpec spec{Arch::kQwen3Moe, "qwen3_moe", "Qwen3-MoE", read_config, tensor_table};
+  static const ArchSpec spec{Arch::kQwen3Moe, "qwen3_moe",          "Qwen3-MoE",
+                             read_config,     tensor_table,         "qwen3moe",
+                             gguf_config,     qwen_moe::kGgufNames, "moe_intermediate_size"};
   return spec;
 }
 

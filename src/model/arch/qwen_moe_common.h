@@ -26,6 +26,17 @@ inline void read_layer_kinds(const nlohmann::json& j, ModelConfig& c) {
   if (json_bool_or(j, "use_sliding_window", false)) throw_error("use_sliding_window: true is not supported");
 }
 
+// Qwen's GGUF files: experts and their size, dense layers as mlp_only_layers.
+inline void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  j["num_experts"] = f.n_expert;
+  j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
+  if (f.n_ff) j["intermediate_size"] = *f.n_ff;
+  j["mlp_only_layers"] = f.dense_layers;
+  j["decoder_sparse_step"] = 1;
+}
+
+inline constexpr GgufNames kGgufNames{"mlp.gate.weight", "mlp.experts", "gate_proj", "up_proj", "down_proj"};
+
 // transformers 5 writes num_local_experts for Qwen3-MoE (an attribute alias of num_experts).
 inline int64_t read_expert_count(const nlohmann::json& j) {
   return json_int_or(j, "num_experts", json_int_or(j, "num_local_experts", 0));
