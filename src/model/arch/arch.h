@@ -1,4 +1,5 @@
-// The per-architecture interface: config quirks and the tensor table, one file per architecture.
+// The per-architecture interface, one file per architecture: config.json quirks, the tensor table,
+// and the GGUF side (architecture name, config keys, tensor names).
 #pragma once
 
 #include <nlohmann/json.hpp>
