@@ -165,9 +165,9 @@ struct RouteEvent {
 };
 using RouteFn = std::function<void(const RouteEvent&)>;
 
-// Called after every decoder block with the residual stream of the step's tokens
-// ([n_tokens, n_embd]); the expert streamer runs its predictors on block 0's output.
-using BlockFn = std::function<void(int64_t layer, std::span<const float> hidden, int64_t n_tokens)>;
+// Called after every decoder block with the residual stream of the step's rows ([n_rows, n_embd])
+// and each row's sequence ([n_rows]); the expert streamer runs its predictors on block 0's output.
+using BlockFn = std::function<void(int64_t layer, std::span<const float> hidden, std::span<const int32_t> sequences)>;
 
 // Supplies the weights of routed experts that are not bound at load (a pack folder streams them).
 // acquire() is called once per MoE layer and forward step with the distinct experts the router

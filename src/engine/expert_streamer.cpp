@@ -136,7 +136,9 @@ ForwardHooks ExpertStreamer::hooks() {
   ForwardHooks hooks;
   hooks.experts = this;
   if (predictors_) {
-    hooks.block = [this](int64_t layer, std::span<const float> hidden, int64_t n) { on_block(layer, hidden, n); };
+    hooks.block = [this](int64_t layer, std::span<const float> hidden, std::span<const int32_t> sequences) {
+      on_block(layer, hidden, std::ssize(sequences));
+    };
     hooks.block_last_layer = 0;
   }
   return hooks;

@@ -81,7 +81,7 @@ TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, cons
     for (int32_t id : ev.expert_ids) ids_by_layer[size_t(m)].push_back(id);
     for (float p : ev.probs) probs_by_layer[size_t(m)].push_back(f32_to_f16(p));
   };
-  hooks.block = [&](int64_t, std::span<const float> hidden, int64_t) {
+  hooks.block = [&](int64_t, std::span<const float> hidden, std::span<const int32_t>) {
     for (float v : hidden) h0.push_back(f32_to_f16(v));
   };
   hooks.block_last_layer = 0;

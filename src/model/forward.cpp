@@ -83,9 +83,9 @@ ForwardHooks combine(const ForwardHooks& a, const ForwardHooks& b) {
     out.route = a.route ? a.route : b.route;
   }
   if (a.block && b.block) {
-    out.block = [a, b](int64_t layer, std::span<const float> hidden, int64_t n) {
-      if (a.observes_block(layer)) a.block(layer, hidden, n);
-      if (b.observes_block(layer)) b.block(layer, hidden, n);
+    out.block = [a, b](int64_t layer, std::span<const float> hidden, std::span<const int32_t> sequences) {
+      if (a.observes_block(layer)) a.block(layer, hidden, sequences);
+      if (b.observes_block(layer)) b.block(layer, hidden, sequences);
     };
     out.block_last_layer = std::max(a.block_last_layer, b.block_last_layer);
   } else {
@@ -204,7 +204,7 @@ void Model::forward_chunk(const Batch& batch, int64_t begin, int64_t n, KvStore&
     for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
     trace(s, "layer_out", il, s.x.data(), n * d);
     if (first_bad == -2 && !ops::all_finite(last_row, d)) first_bad = il;
-    if (s.hooks->observes_block(il)) s.hooks->block(il, std::span<const float>(s.x.data(), size_t(n * d)), n);
+    if (s.hooks->observes_block(il)) s.hooks->block(il, std::span<const float>(s.x.data(), size_t(n * d)), s.row_seqs);
   }
   if (logits == nullptr) return;
   // Only the rows whose logits are wanted go through the final norm and the LM head.

@@ -530,7 +530,8 @@ TEST_F(PrefetchMechanism, APredictedExpertOutlivesDemandLoadsUntilItsStepThenGoe
   streamer.begin_step();
   const int64_t s = streamer.step();
   const std::vector<float> h0(size_t(model->config().n_embd), 0.25f);
-  streamer.hooks().block(0, h0, 1);
+  const int32_t one_sequence = 0;
+  streamer.hooks().block(0, h0, {&one_sequence, 1});
   EXPECT_EQ(streamer.stats().predicted, 8);
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (streamer.stats().prefetch.reads < 8 && std::chrono::steady_clock::now() < deadline)

@@ -96,6 +96,12 @@ std::vector<Sequence> run_schedule(const Model& model, int64_t max_batch, Thread
     provider.routed[ev.layer].insert(ev.expert_ids.begin(), ev.expert_ids.end());
     provider.sequences_seen.insert(ev.sequence);
   };
+  std::vector<int32_t> block_sequences;  // what the block hook was told, over the step's chunks
+  hooks.block = [&](int64_t layer, std::span<const float> hidden, std::span<const int32_t> sequences) {
+    EXPECT_EQ(std::ssize(hidden), std::ssize(sequences) * c.n_embd) << "layer " << layer;
+    block_sequences.insert(block_sequences.end(), sequences.begin(), sequences.end());
+  };
+  hooks.block_last_layer = 0;
   Batch batch;
   std::vector<float> logits(size_t(32 * n_vocab));
   std::vector<Sequence*> row_owner;
@@ -116,7 +122,9 @@ std::vector<Sequence> run_schedule(const Model& model, int64_t max_batch, Thread
     }
     if (batch.size() == 0) break;
     provider.clear();
+    block_sequences.clear();
     model.forward(batch, store, *scratch, pool, logits.data(), hooks);
+    EXPECT_TRUE(std::ranges::equal(block_sequences, batch.seqs())) << "step " << step;
     EXPECT_EQ(std::ssize(row_owner), batch.n_logits());
     for (size_t i = 0; i < row_owner.size(); ++i) {
       Sequence& s = *row_owner[i];

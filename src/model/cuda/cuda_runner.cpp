@@ -249,6 +249,7 @@ class CudaRunner final : public ModelRunner {
     host_missing_ = pinned_array<uint8_t>(rows);
     host_tasks_ = pinned_array<cuda::ExpertTask>(n_exp);
     host_hidden_ = pinned_array<float>(b * d);
+    sequence_zero_.assign(size_t(b), 0);
     reserve_logit_rows(1);
   }
 
@@ -357,7 +358,7 @@ class CudaRunner final : public ModelRunner {
       if (hooks_.observes_block(il)) {
         to_host(host_hidden_, x_, n * d * int64_t(sizeof(float)));
         wait_for_host_copies();
-        hooks_.block(il, std::span<const float>(host_hidden_, size_t(n * d)), n);
+        hooks_.block(il, std::span<const float>(host_hidden_, size_t(n * d)), {sequence_zero_.data(), size_t(n)});
       }
     }
     if (logits == nullptr) {
@@ -546,6 +547,7 @@ class CudaRunner final : public ModelRunner {
 
   int32_t *host_ids_ = nullptr, *host_top_ids_ = nullptr, *host_gather_ = nullptr, *host_token_rows_ = nullptr;
   float *host_top_w_ = nullptr, *host_probs_ = nullptr, *host_hidden_ = nullptr, *host_logits_ = nullptr;
+  std::vector<int32_t> sequence_zero_;  // [batch] the one sequence of each row, for the block hook
   uint8_t* host_missing_ = nullptr;
   cuda::ExpertTask* host_tasks_ = nullptr;
 
