@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <new>
 
 #include "chronos/model.h"
@@ -43,6 +44,19 @@ namespace {
 
 class NoAllocation : public ::testing::TestWithParam<const char*> {};
 
+// The heap allocations of a second run. Every worker's kernel buffers are reserved first, not only
+// those of the workers the warm-up happens to use; then the warm-up (the first run) brings the
+// remaining per-thread state to its size.
+int64_t allocations_after_warm_up(ThreadPool& pool, const std::function<void()>& run) {
+  ops::reserve_thread_buffers(pool);
+  run();
+  g_allocations = 0;
+  g_counting = true;
+  run();
+  g_counting = false;
+  return g_allocations.load();
+}
+
 TEST_P(NoAllocation, PrefillAndDecodeAllocateNothing) {
   const auto dir = std::filesystem::path(CHRONOS_TEST_DATA_DIR) / "models" / GetParam();
   const auto model = Model::load(dir);
@@ -59,15 +73,7 @@ TEST_P(NoAllocation, PrefillAndDecodeAllocateNothing) {
       token = int32_t(std::max_element(logits.begin(), logits.begin() + model->config().n_vocab) - logits.begin());
     }
   };
-  // Every worker's kernel buffers, not only those of the workers the warm-up happens to use; then
-  // the warm-up brings the remaining per-thread state to its size.
-  ops::reserve_thread_buffers(pool);
-  run();
-  g_allocations = 0;
-  g_counting = true;
-  run();
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(allocations_after_warm_up(pool, run), 0);
 }
 
 TEST_P(NoAllocation, BatchesOfSeveralSequencesAllocateNothing) {
@@ -97,13 +103,7 @@ TEST_P(NoAllocation, BatchesOfSeveralSequencesAllocateNothing) {
     store.free(b);
     store.free(c);
   };
-  ops::reserve_thread_buffers(pool);
-  run();
-  g_allocations = 0;
-  g_counting = true;
-  run();
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(allocations_after_warm_up(pool, run), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, NoAllocation, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "qwen3_moe-bf16"));
