@@ -77,14 +77,15 @@ int main(int argc, char** argv) {
       std::vector<float> logits(size_t(n_seq * c.n_vocab));
       std::vector<int32_t> slots;
       Batch batch;
-      batch.clear();
       for (int64_t s = 0; s < n_seq; ++s) {
         slots.push_back(kv.allocate());
         for (int64_t i = 0; i < prompt; ++i)
           batch.add(slots.back(), i, int32_t(1 + (s * 131 + i * 7) % (c.n_vocab - 1)), i + 1 == prompt);
       }
-      if (streamer) streamer->begin_request();
-      if (streamer) streamer->begin_step();
+      if (streamer) {
+        streamer->begin_request();
+        streamer->begin_step();
+      }
       model->forward(batch, kv, *scratch, pool, logits.data(), hooks);
       const StreamerStats before = streamer ? streamer->stats() : StreamerStats{};
       const double start = now_seconds();

@@ -83,7 +83,7 @@ class KvStore {
   int64_t n_slots() const { return n_slots_; }
   int64_t n_in_use() const;
   int64_t kv_dim() const { return kv_dim_; }  // floats from one position's keys to the next's
-  int64_t slot_bytes() const { return 2 * n_layer_ * n_ctx_ * kv_dim_ * int64_t(sizeof(float)); }
+  int64_t slot_bytes() const { return slot_bytes_; }
   int64_t n_bytes() const { return n_slots_ * slot_bytes(); }
   float* k(int32_t slot, int64_t layer, int64_t pos) { return k_.data() + offset(slot, layer, pos); }  // [kv_dim]
   float* v(int32_t slot, int64_t layer, int64_t pos) { return v_.data() + offset(slot, layer, pos); }  // [kv_dim]
@@ -93,7 +93,7 @@ class KvStore {
   int64_t offset(int32_t slot, int64_t layer, int64_t pos) const {
     return ((int64_t(slot) * n_layer_ + layer) * n_ctx_ + pos) * kv_dim_;
   }
-  int64_t n_layer_, n_ctx_, kv_dim_, n_slots_;
+  int64_t n_layer_, n_ctx_, kv_dim_, n_slots_, slot_bytes_;
   std::vector<float> k_, v_;     // [n_slots, n_layer, n_ctx, kv_dim]
   std::vector<uint8_t> in_use_;  // [n_slots]
   std::vector<int64_t> length_;  // [n_slots]
@@ -104,10 +104,6 @@ class KvStore {
 class KvCache : public KvStore {
  public:
   KvCache(const ModelConfig& cfg, int64_t n_ctx) : KvStore(cfg, n_ctx, 1) { allocate(); }
-  using KvStore::k;
-  using KvStore::v;
-  float* k(int64_t layer, int64_t pos) { return KvStore::k(0, layer, pos); }
-  float* v(int64_t layer, int64_t pos) { return KvStore::v(0, layer, pos); }
 };
 
 // The rows of one forward step, from any number of sequences: row i runs token(i) of sequence

@@ -7,7 +7,11 @@
 namespace chronos {
 
 KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots)
-    : n_layer_(cfg.n_layer), n_ctx_(n_ctx), kv_dim_(cfg.kv_dim()), n_slots_(n_slots) {
+    : n_layer_(cfg.n_layer),
+      n_ctx_(n_ctx),
+      kv_dim_(cfg.kv_dim()),
+      n_slots_(n_slots),
+      slot_bytes_(bytes_per_slot(cfg, n_ctx)) {
   CHRONOS_CHECK(n_ctx > 0 && n_slots > 0);
   const size_t floats = size_t(n_slots * n_layer_ * n_ctx * kv_dim_);
   k_.resize(floats);
