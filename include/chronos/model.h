@@ -20,6 +20,8 @@ class GgufFile;
 class ThreadPool;
 class Stream;
 struct GgufTensors;
+class DeviceOps;
+struct ForwardState;
 
 // One SwiGLU FFN: down(silu(gate(x)) * up(x)).
 struct FfnWeights {
@@ -67,6 +69,13 @@ struct ModelSizes {
 class KvStore {
  public:
   KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots);
+  // The same slots in memory the caller owns and keeps alive (a device's): `k` and `v` hold
+  // n_bytes() / 2 bytes each, laid out as k() and v() address them.
+  KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v);
+  KvStore(const KvStore&) = delete;  // k()/v() point into the memory: a move keeps it, a copy would not
+  KvStore& operator=(const KvStore&) = delete;
+  KvStore(KvStore&&) = default;
+  KvStore& operator=(KvStore&&) = default;
   // Bytes of one slot of n_ctx positions; as many slots as fit in `budget` bytes (throws Error
   // naming both sizes when not even one does).
   static int64_t bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx);
@@ -85,8 +94,8 @@ class KvStore {
   int64_t kv_dim() const { return kv_dim_; }  // floats from one position's keys to the next's
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t n_bytes() const { return n_slots_ * slot_bytes(); }
-  float* k(int32_t slot, int64_t layer, int64_t pos) { return k_.data() + offset(slot, layer, pos); }  // [kv_dim]
-  float* v(int32_t slot, int64_t layer, int64_t pos) { return v_.data() + offset(slot, layer, pos); }  // [kv_dim]
+  float* k(int32_t slot, int64_t layer, int64_t pos) { return k_base_ + offset(slot, layer, pos); }  // [kv_dim]
+  float* v(int32_t slot, int64_t layer, int64_t pos) { return v_base_ + offset(slot, layer, pos); }  // [kv_dim]
 
  private:
   friend class Model;
@@ -94,7 +103,9 @@ class KvStore {
     return ((int64_t(slot) * n_layer_ + layer) * n_ctx_ + pos) * kv_dim_;
   }
   int64_t n_layer_, n_ctx_, kv_dim_, n_slots_, slot_bytes_;
-  std::vector<float> k_, v_;     // [n_slots, n_layer, n_ctx, kv_dim]
+  std::vector<float> k_, v_;  // [n_slots, n_layer, n_ctx, kv_dim] when the store owns its memory
+  float* k_base_ = nullptr;   // k_ or the caller's memory
+  float* v_base_ = nullptr;
   std::vector<uint8_t> in_use_;  // [n_slots]
   std::vector<int64_t> length_;  // [n_slots]
   std::vector<int64_t> next_;    // [n_slots] the position a batch's next row of the slot must have; -1: none yet
@@ -259,6 +270,12 @@ class Model {
   // position leaves a gap or exceeds the context, or whose token is outside the vocabulary.
   void forward(const Batch& batch, KvStore& kv, Scratch& scratch, ThreadPool& pool, float* logits,
                const ForwardHooks& hooks = {}) const;
+  // The two calls above on any device (src/model/device_ops.h): the one forward, which the CPU
+  // calls above and the CUDA runner run. `kv` is in the device's memory; state is the host side.
+  void forward(const Batch& batch, KvStore& kv, DeviceOps& device, ForwardState& state, float* logits,
+               const ForwardHooks& hooks) const;
+  void forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, DeviceOps& device, ForwardState& state,
+               float* logits, bool all_logits, const ForwardHooks& hooks) const;
 
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
@@ -266,16 +283,15 @@ class Model {
 
  private:
   Model() = default;
-  void check_rows(const Batch& batch, KvStore& kv, const Scratch& s) const;
+  void check_rows(const Batch& batch, KvStore& kv, int64_t n_ctx) const;
   // Rows begin .. begin + n - 1 of the batch; logits of the rows that ask, in row order.
-  void forward_chunk(const Batch& batch, int64_t begin, int64_t n, KvStore& kv, Scratch& s, ThreadPool& pool,
+  void forward_chunk(DeviceOps& dev, ForwardState& st, const Batch& batch, int64_t begin, int64_t n,
                      float* logits) const;
-  void attention(int64_t il, const Batch& batch, int64_t begin, int64_t n, KvStore& kv, Scratch& s,
-                 ThreadPool& pool) const;
-  void moe(int64_t il, int64_t n_tokens, Scratch& s, ThreadPool& pool) const;
-  void dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,
-                 ThreadPool& pool) const;
-  static void trace(const Scratch& s, const char* name, int64_t layer, const float* data, int64_t n);
+  void attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
+  void moe(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
+  static void dense_ffn(DeviceOps& dev, const FfnWeights& ffn, int64_t n, const float* in, float* out);
+  static void trace(DeviceOps& dev, const ForwardState& st, const char* name, int64_t layer, const float* values,
+                    int64_t count);
 
   ModelConfig config_;
   TensorStore store_;

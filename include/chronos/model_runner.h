@@ -37,11 +37,11 @@ class ModelRunner {
   // Several sequences (a runner made with n_seq slots; the one-sequence forward above runs sequence
   // 0, which a one-slot runner allocates when it is made): add_sequence() takes a free slot and
   // returns its sequence, remove_sequence() frees it, and forward(batch) runs rows of any sequences
-  // in one step, writing logits [batch.n_logits(), n_vocab]. Throw Error where the runner has no
-  // batches (CUDA, for now), for a full store, or for bad rows.
-  virtual int32_t add_sequence();
-  virtual void remove_sequence(int32_t seq);
-  virtual void forward(const Batch& batch, float* logits);
+  // in one step, writing logits [batch.n_logits(), n_vocab]. Throw Error for a full store or for
+  // bad rows.
+  virtual int32_t add_sequence() = 0;
+  virtual void remove_sequence(int32_t seq) = 0;
+  virtual void forward(const Batch& batch, float* logits) = 0;
   virtual int64_t n_ctx() const = 0;
   virtual RunnerMemory memory() const = 0;
   virtual MoeCounters counters() const = 0;
@@ -56,6 +56,6 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& poo
 // the runner makes wait on its compute stream for its life. Throws Error when this build has no
 // CUDA backend or the device memory does not suffice.
 std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backend, int64_t n_ctx, int64_t batch,
-                                              ForwardHooks hooks = {});
+                                              ForwardHooks hooks = {}, int64_t n_seq = 1);
 
 }  // namespace chronos

@@ -9,12 +9,8 @@
 #include <cstdint>
 
 #include "chronos/dtype.h"
-
-#if defined(__CUDACC__)
-#define CHRONOS_HD __host__ __device__
-#else
-#define CHRONOS_HD
-#endif
+#include "kernels/host_device.h"
+#include "kernels/moe_combine.h"
 
 namespace chronos::cuda::dm {
 
@@ -216,46 +212,10 @@ CHRONOS_HD inline void top_k_select(int32_t* ids, float* weights, const float* p
   if (norm_topk) renormalize_top_k(weights, k);
 }
 
-// ---- MoE combine (soft-gated fallback, DESIGN.md §4) -------------------------------------------------
+// ---- MoE combine (soft-gated fallback, DESIGN.md §4): kernels/moe_combine.h, shared with the CPU -----
 
-// Per-token factors of the combine: out = routed_scale * sum_j (available_j ? w_j * y_j : 0)
-// + shared_coef * shared.
-struct CombinePlan {
-  float routed_scale;
-  float shared_coef;
-};
-
-// weight, missing: the token's k slots. With a shared expert the missing mass moves to it (on top of
-// its gate: sigmoid(*shared_gate_logit), or 1 when that is null); without one the available
-// experts are rescaled to the token's full mass, and a token with every expert missing gets 0.
-CHRONOS_HD inline CombinePlan combine_plan(const float* weight, const uint8_t* missing, int64_t k, bool has_shared,
-                                           const float* shared_gate_logit) {
-  float total = 0.0f, missing_mass = 0.0f;
-  for (int64_t j = 0; j < k; ++j) {
-    total += weight[j];
-    if (missing[j]) missing_mass += weight[j];
-  }
-  if (has_shared) {
-    const float gate = shared_gate_logit != nullptr ? sigmoid(*shared_gate_logit) : 1.0f;
-    return {1.0f, gate + missing_mass};
-  }
-  if (missing_mass == 0.0f) return {1.0f, 0.0f};
-  if (missing_mass >= total) return {0.0f, 0.0f};
-  return {total / (total - missing_mass), 0.0f};
-}
-
-// Element i of one token's combined output. y: the grouped expert outputs [rows, n_embd]; row,
-// weight, missing: the token's k slots; shared: the token's shared-expert row, or null. Slots are
-// summed in order j = 0 .. k-1 and a missing slot's row is never read.
-CHRONOS_HD inline float combine_value(const float* y, int64_t n_embd, const int32_t* row, const float* weight,
-                                      const uint8_t* missing, int64_t k, CombinePlan plan, const float* shared,
-                                      int64_t i) {
-  float acc = 0.0f;
-  for (int64_t j = 0; j < k; ++j)
-    if (!missing[j]) acc += weight[j] * y[int64_t(row[j]) * n_embd + i];
-  acc *= plan.routed_scale;
-  if (shared != nullptr) acc += plan.shared_coef * shared[i];
-  return acc;
-}
+using chronos::combine_plan;
+using chronos::combine_value;
+using chronos::CombinePlan;
 
 }  // namespace chronos::cuda::dm

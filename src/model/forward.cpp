@@ -1,10 +1,13 @@
-// The decoder forward pass: embed -> [attention, FFN/MoE] per layer -> final norm -> logits.
+// The decoder forward pass, written once for every device against its op table (device_ops.h):
+// embed -> [attention, FFN/MoE] per layer -> final norm -> logits, over a batch of rows from any
+// number of sequences.
 #include <algorithm>
 #include <cmath>
 
 #include "chronos/error.h"
 #include "chronos/model.h"
 #include "chronos/thread_pool.h"
+#include "model/cpu_ops.h"
 #include "model/scratch.h"
 
 namespace chronos {
@@ -28,39 +31,60 @@ void rope_tables(const ModelConfig& c, int64_t n_ctx, std::vector<float>& cos, s
 
 void Model::ScratchDeleter::operator()(Scratch* scratch) const { delete scratch; }
 
+ForwardState::ForwardState(const ModelConfig& c, int64_t max_batch_rows, int64_t context)
+    : max_batch(max_batch_rows), n_ctx(context), plan(c, max_batch_rows) {
+  logit_rows.reserve(size_t(max_batch));
+  one_sequence.reserve(max_batch);
+}
+
+ModelViews host_views(const ModelWeights& w) {
+  const auto data = [](const std::vector<float>& v) { return v.empty() ? nullptr : v.data(); };
+  ModelViews views{w.tok_embd, w.output, data(w.output_norm), {}};
+  views.layers.reserve(w.layers.size());
+  for (const LayerWeights& l : w.layers) {
+    views.layers.push_back(LayerViews{data(l.attn_norm), data(l.ffn_norm), l.wq, l.wk, l.wv, l.wo, data(l.bq),
+                                      data(l.bk), data(l.bv), data(l.q_norm), data(l.k_norm), l.router, l.experts,
+                                      l.shared, l.shared_gate, l.dense});
+  }
+  return views;
+}
+
 Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   const ModelConfig& c = config_;
   CHRONOS_CHECK(max_batch > 0 && n_ctx > 0);
   ScratchPtr s(new Scratch());
-  s->max_batch = max_batch;
-  s->n_ctx = n_ctx;
+  s->state = ForwardState(c, max_batch, n_ctx);
+  s->views = host_views(weights_);
   const int64_t slots = max_batch * std::max<int64_t>(c.n_expert_used, 1);
   const int64_t n_ff = std::max({c.n_ff_expert, c.n_ff_shared, c.n_ff_dense});
-  s->x.resize(size_t(max_batch * c.n_embd));
-  s->xn.resize(size_t(max_batch * c.n_embd));
-  s->q.resize(size_t(max_batch * c.q_dim()));
-  s->k.resize(size_t(max_batch * c.kv_dim()));
-  s->v.resize(size_t(max_batch * c.kv_dim()));
-  s->attn.resize(size_t(max_batch * c.q_dim()));
-  s->ffn_out.resize(size_t(max_batch * c.n_embd));
-  s->ff_gate.resize(size_t(std::max(slots, max_batch) * n_ff));
-  s->ff_up.resize(s->ff_gate.size());
-  s->ff_in.resize(size_t(slots * c.n_embd));
-  s->ff_down.resize(size_t(std::max(slots, max_batch) * c.n_embd));
-  s->router.resize(size_t(max_batch * std::max<int64_t>(c.n_expert, 1)));
+  const auto sized = [](std::vector<float>& v, int64_t n) {
+    v.resize(size_t(std::max<int64_t>(n, 1)));
+    return v.data();
+  };
+  Activations& a = s->act;
+  a.x = sized(s->x, max_batch * c.n_embd);
+  a.xn = sized(s->xn, max_batch * c.n_embd);
+  a.q = sized(s->q, max_batch * c.q_dim());
+  a.k = sized(s->k, max_batch * c.kv_dim());
+  a.v = sized(s->v, max_batch * c.kv_dim());
+  a.attn = sized(s->attn, max_batch * c.q_dim());
+  a.ffn_out = sized(s->ffn_out, max_batch * c.n_embd);
+  a.ff_gate = sized(s->ff_gate, std::max(slots, max_batch) * n_ff);
+  a.ff_up = sized(s->ff_up, std::max(slots, max_batch) * n_ff);
+  a.ff_in = sized(s->ff_in, std::max(slots, max_batch) * c.n_embd);
+  a.ff_down = sized(s->ff_down, std::max(slots, max_batch) * c.n_embd);
+  a.shared_out = sized(s->shared_out, c.n_ff_shared > 0 ? max_batch * c.n_embd : 0);
+  a.shared_logit = sized(s->shared_logit, max_batch);
+  a.router = sized(s->router, max_batch * std::max<int64_t>(c.n_expert, 1));
   s->top_ids.resize(size_t(slots));
   s->top_w.resize(size_t(slots));
-  s->plan = MoePlan(c, max_batch);
   s->items.reserve(size_t(std::max<int64_t>(c.n_expert, 1) * 64));
   s->expert_xq_at.resize(size_t(std::max<int64_t>(c.n_expert, 1)));
-  s->logits.resize(size_t(c.n_vocab));
-  s->one_sequence.reserve(max_batch);
-
   rope_tables(c, n_ctx, s->rope_cos, s->rope_sin);
   return s;
 }
 
-MoeCounters& Model::counters(Scratch& scratch) { return scratch.counters; }
+MoeCounters& Model::counters(Scratch& scratch) { return scratch.state.counters; }
 
 ForwardHooks combine(const ForwardHooks& a, const ForwardHooks& b) {
   CHRONOS_CHECK_MSG(a.experts == nullptr || b.experts == nullptr, "two expert providers for one run");
@@ -95,30 +119,43 @@ ForwardHooks combine(const ForwardHooks& a, const ForwardHooks& b) {
   return out;
 }
 
-void Model::trace(const Scratch& s, const char* name, int64_t layer, const float* data, int64_t n) {
-  if (s.hooks->trace) s.hooks->trace(name, layer, std::span<const float>(data, size_t(n)));
+void Model::trace(DeviceOps& dev, const ForwardState& st, const char* name, int64_t layer, const float* values,
+                  int64_t count) {
+  if (st.hooks->trace) st.hooks->trace(name, layer, dev.to_host(values, count));
 }
 
 void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, Scratch& s, ThreadPool& pool,
                     float* logits, bool all_logits, const ForwardHooks& hooks) const {
+  CpuOps ops(config_, s, pool, kv);
+  forward(tokens, pos, kv, ops, s.state, logits, all_logits, hooks);
+}
+
+void Model::forward(const Batch& batch, KvStore& kv, Scratch& s, ThreadPool& pool, float* logits,
+                    const ForwardHooks& hooks) const {
+  CpuOps ops(config_, s, pool, kv);
+  forward(batch, kv, ops, s.state, logits, hooks);
+}
+
+void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, DeviceOps& dev, ForwardState& st,
+                    float* logits, bool all_logits, const ForwardHooks& hooks) const {
   const int64_t n = std::ssize(tokens);
   CHRONOS_CHECK(n > 0);
-  if (pos + n > kv.n_ctx() || pos + n > s.n_ctx)
-    throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), s.n_ctx));
-  // One sequence (slot 0) as batches of at most the scratch's rows, built in the scratch's batch.
-  for (int64_t begin = 0; begin < n; begin += s.max_batch) {
-    const int64_t count = std::min(s.max_batch, n - begin);
+  if (pos + n > kv.n_ctx() || pos + n > st.n_ctx)
+    throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), st.n_ctx));
+  // One sequence (slot 0) as batches of at most the state's rows, built in its one_sequence batch.
+  for (int64_t begin = 0; begin < n; begin += st.max_batch) {
+    const int64_t count = std::min(st.max_batch, n - begin);
     const bool last = begin + count == n;
-    s.one_sequence.clear();
+    st.one_sequence.clear();
     for (int64_t t = 0; t < count; ++t)
-      s.one_sequence.add(0, pos + begin + t, tokens[size_t(begin + t)], all_logits || (last && t == count - 1));
+      st.one_sequence.add(0, pos + begin + t, tokens[size_t(begin + t)], all_logits || (last && t == count - 1));
     float* out = all_logits ? logits + begin * config_.n_vocab : (last ? logits : nullptr);
-    forward(s.one_sequence, kv, s, pool, out, hooks);
+    forward(st.one_sequence, kv, dev, st, out, hooks);
   }
 }
 
-void Model::check_rows(const Batch& batch, KvStore& kv, const Scratch& s) const {
-  const int64_t n_ctx = std::min(kv.n_ctx(), s.n_ctx);
+void Model::check_rows(const Batch& batch, KvStore& kv, int64_t n_ctx_limit) const {
+  const int64_t n_ctx = std::min(kv.n_ctx(), n_ctx_limit);
   // next_[slot]: the position the slot's next row must have (-1 before its first row). Reset for
   // the batch's slots on every exit, so a refused batch leaves the store as it was.
   std::vector<int64_t>& next = kv.next_;
@@ -151,82 +188,95 @@ void Model::check_rows(const Batch& batch, KvStore& kv, const Scratch& s) const 
   }
 }
 
-void Model::forward(const Batch& batch, KvStore& kv, Scratch& s, ThreadPool& pool, float* logits,
+void Model::forward(const Batch& batch, KvStore& kv, DeviceOps& dev, ForwardState& st, float* logits,
                     const ForwardHooks& hooks) const {
   const int64_t n = batch.size();
   CHRONOS_CHECK(n > 0);
   CHRONOS_CHECK_MSG(!experts_streamed_ || hooks.experts != nullptr, "streamed experts need an ExpertProvider");
-  check_rows(batch, kv, s);
+  check_rows(batch, kv, st.n_ctx);
   // Each sequence's length is the position after its last row (a row before the end rewinds it).
   for (int64_t row = 0; row < n; ++row) kv.length_[size_t(batch.seq(row))] = batch.pos(row) + 1;
-  s.hooks = &hooks;
+  st.hooks = &hooks;
   struct ClearHooks {
-    Scratch& s;
-    ~ClearHooks() { s.hooks = nullptr; }
-  } clear{s};
-  for (int64_t begin = 0; begin < n; begin += s.max_batch) {
-    const int64_t count = std::min(s.max_batch, n - begin);
-    forward_chunk(batch, begin, count, kv, s, pool, logits);
+    ForwardState& st;
+    ~ClearHooks() { st.hooks = nullptr; }
+  } clear{st};
+  for (int64_t begin = 0; begin < n; begin += st.max_batch) {
+    const int64_t count = std::min(st.max_batch, n - begin);
+    forward_chunk(dev, st, batch, begin, count, logits);
     if (logits != nullptr)
       for (int64_t row = begin; row < begin + count; ++row) logits += batch.logits(row) ? config_.n_vocab : 0;
   }
 }
 
-void Model::forward_chunk(const Batch& batch, int64_t begin, int64_t n, KvStore& kv, Scratch& s, ThreadPool& pool,
+// The one layer loop.
+void Model::forward_chunk(DeviceOps& dev, ForwardState& st, const Batch& batch, int64_t begin, int64_t n,
                           float* logits) const {
   const ModelConfig& c = config_;
+  const ModelViews& w = dev.weights();
+  const Activations& a = dev.activations();
   const int64_t d = c.n_embd;
-  for (int64_t t = 0; t < n; ++t)
-    ops::weight_row_to_f32(s.x.data() + t * d, weights_.tok_embd, batch.token(begin + t));  // [n, n_embd]
-  s.row_seqs = batch.seqs().subspan(size_t(begin), size_t(n));
-  // Where non-finite values first appear, watched on the last row (n_embd floats per layer): a NaN
-  // anywhere earlier in its sequence reaches that row through attention. Reported only when the
-  // logits turn out non-finite.
-  const float* last_row = s.x.data() + (n - 1) * d;
-  int64_t first_bad = ops::all_finite(last_row, d) ? -2 : -1;  // -1: the embeddings; >= 0: a layer
+  dev.set_rows(batch, begin, n);
+  st.row_seqs = batch.seqs().subspan(size_t(begin), size_t(n));
+  dev.embed(a.x, w.tok_embd);  // [n, n_embd]
+  // Where host memory allows, where non-finite values first appear, watched on the last row
+  // (n_embd floats per layer): a NaN anywhere earlier in its sequence reaches that row through
+  // attention. Reported only when the logits turn out non-finite.
+  const float* last_row = a.x + (n - 1) * d;
+  const bool watch = dev.host_readable();
+  int64_t first_bad = !watch || ops::all_finite(last_row, d) ? -2 : -1;  // -1: the embeddings; >= 0: a layer
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    const LayerWeights& layer = weights_.layers[size_t(il)];
-    for (int64_t t = 0; t < n; ++t)
-      ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.attn_norm.data(), d, c.rms_norm_eps);
+    const LayerViews& layer = w.layers[size_t(il)];
+    dev.rmsnorm(a.xn, a.x, layer.attn_norm, n, d, c.rms_norm_eps);
     switch (c.layers[size_t(il)].attention) {
-      case AttentionKind::kGqa: attention(il, batch, begin, n, kv, s, pool); break;  // s.ffn_out <- [n, n_embd]
+      case AttentionKind::kGqa: attention(dev, st, il, n); break;  // ffn_out <- [n, n_embd]
     }
-    trace(s, "attn_out", il, s.ffn_out.data(), n * d);
-    for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
+    trace(dev, st, "attn_out", il, a.ffn_out, n * d);
+    dev.add(a.x, a.ffn_out, n * d);
 
-    for (int64_t t = 0; t < n; ++t)
-      ops::rmsnorm(s.xn.data() + t * d, s.x.data() + t * d, layer.ffn_norm.data(), d, c.rms_norm_eps);
+    dev.rmsnorm(a.xn, a.x, layer.ffn_norm, n, d, c.rms_norm_eps);
     switch (c.layers[size_t(il)].ffn) {
-      case FfnKind::kMoe: moe(il, n, s, pool); break;
-      case FfnKind::kDense: dense_ffn(layer.dense, n, s.xn.data(), s.ffn_out.data(), s, pool); break;
+      case FfnKind::kMoe: moe(dev, st, il, n); break;
+      case FfnKind::kDense: dense_ffn(dev, layer.dense, n, a.xn, a.ffn_out); break;
     }
-    trace(s, "ffn_out", il, s.ffn_out.data(), n * d);
-    for (int64_t t = 0; t < n * d; ++t) s.x[size_t(t)] += s.ffn_out[size_t(t)];
-    trace(s, "layer_out", il, s.x.data(), n * d);
-    if (first_bad == -2 && !ops::all_finite(last_row, d)) first_bad = il;
-    if (s.hooks->observes_block(il)) s.hooks->block(il, std::span<const float>(s.x.data(), size_t(n * d)), s.row_seqs);
+    trace(dev, st, "ffn_out", il, a.ffn_out, n * d);
+    dev.add(a.x, a.ffn_out, n * d);
+    trace(dev, st, "layer_out", il, a.x, n * d);
+    if (watch && first_bad == -2 && !ops::all_finite(last_row, d)) first_bad = il;
+    if (st.hooks->observes_block(il)) st.hooks->block(il, dev.to_host(a.x, n * d), st.row_seqs);
   }
   if (logits == nullptr) return;
-  // Only the rows whose logits are wanted go through the final norm and the LM head.
-  int64_t rows = 0;
+  // Only the rows whose logits are wanted go through the final norm and the LM head: a contiguous
+  // range in place, others gathered first.
+  st.logit_rows.clear();
   for (int64_t t = 0; t < n; ++t)
-    if (batch.logits(begin + t))
-      ops::rmsnorm(s.xn.data() + rows++ * d, s.x.data() + t * d, weights_.output_norm.data(), d, c.rms_norm_eps);
+    if (batch.logits(begin + t)) st.logit_rows.push_back(int32_t(t));
+  const int64_t rows = std::ssize(st.logit_rows);
   if (rows == 0) return;
-  ops::matmul(logits, s.xn.data(), weights_.output, rows, pool);  // [rows, n_vocab]
+  const int64_t first = st.logit_rows.front();
+  if (st.logit_rows.back() - first + 1 == rows) {
+    dev.rmsnorm(a.xn, a.x + first * d, w.output_norm, rows, d, c.rms_norm_eps);
+  } else {
+    dev.gather_rows(a.ff_in, a.x, st.logit_rows, d);
+    dev.rmsnorm(a.xn, a.ff_in, w.output_norm, rows, d, c.rms_norm_eps);
+  }
+  dev.lm_head(logits, a.xn, w.output, rows);  // [rows, n_vocab]
   if (ops::all_finite(logits, rows * c.n_vocab)) return;
+  if (!watch)
+    throw_error("non-finite logits (NaN or Inf) from the {} forward at position {}", dev.name(),
+                batch.pos(begin + st.logit_rows.back()));
   if (first_bad == -1) throw_error("non-finite values (NaN or Inf) in the token embeddings (model.embed_tokens)");
   if (first_bad >= 0) throw_error("non-finite values (NaN or Inf) first appear in the output of layer {}", first_bad);
   throw_error("non-finite logits (NaN or Inf) from finite hidden states: the final norm or the LM head");
 }
 
-void Model::dense_ffn(const FfnWeights& ffn, int64_t n_tokens, const float* in, float* out, Scratch& s,
-                      ThreadPool& pool) const {
+void Model::dense_ffn(DeviceOps& dev, const FfnWeights& ffn, int64_t n, const float* in, float* out) {
+  const Activations& a = dev.activations();
   const int64_t n_ff = ffn.gate.rows;
-  ops::matmul(s.ff_gate.data(), in, ffn.gate, n_tokens, pool);  // [n, n_ff]
-  ops::matmul(s.ff_up.data(), in, ffn.up, n_tokens, pool);      // [n, n_ff]
-  ops::silu_mul(s.ff_gate.data(), s.ff_gate.data(), s.ff_up.data(), n_tokens * n_ff);
-  ops::matmul(out, s.ff_gate.data(), ffn.down, n_tokens, pool);  // [n, n_embd]
+  dev.project(a.ff_gate, in, ffn.gate, n);  // [n, n_ff]
+  dev.project(a.ff_up, in, ffn.up, n);      // [n, n_ff]
+  dev.silu_mul(a.ff_gate, a.ff_gate, a.ff_up, n * n_ff);
+  dev.project(out, a.ff_gate, ffn.down, n);  // [n, n_embd]
 }
 
 }  // namespace chronos

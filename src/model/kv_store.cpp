@@ -16,6 +16,22 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots)
   const size_t floats = size_t(n_slots * n_layer_ * n_ctx * kv_dim_);
   k_.resize(floats);
   v_.resize(floats);
+  k_base_ = k_.data();
+  v_base_ = v_.data();
+  in_use_.assign(size_t(n_slots), 0);
+  length_.assign(size_t(n_slots), 0);
+  next_.assign(size_t(n_slots), -1);
+}
+
+KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v)
+    : n_layer_(cfg.n_layer),
+      n_ctx_(n_ctx),
+      kv_dim_(cfg.kv_dim()),
+      n_slots_(n_slots),
+      slot_bytes_(bytes_per_slot(cfg, n_ctx)),
+      k_base_(k),
+      v_base_(v) {
+  CHRONOS_CHECK(n_ctx > 0 && n_slots > 0 && k != nullptr && v != nullptr);
   in_use_.assign(size_t(n_slots), 0);
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);

@@ -43,6 +43,7 @@ class MoePlan {
   std::span<const int32_t> row_tokens() const { return {row_token_.data(), size_t(n_rows())}; }    // [rows]
   std::span<const float> row_weights() const { return {row_weight_.data(), size_t(n_rows())}; }    // [rows]
   std::span<const int32_t> choice_rows() const { return {choice_row_.data(), size_t(n_rows())}; }  // [n, k]
+  std::span<const float> choice_weights() const { return {weights_, size_t(n_rows())}; }           // [n, k] as routed
   std::span<const int32_t> active() const { return active_; }  // distinct selected experts, ascending
   // active_weight()[i]: the largest routing weight a token gives active()[i].
   std::span<const float> active_weight() const { return {active_weight_.data(), active_.size()}; }

@@ -38,7 +38,7 @@ class CpuRunner final : public ModelRunner {
     const Model::Scratch& s = *scratch_;
     int64_t floats = 0;
     for (const auto* v : {&s.x, &s.xn, &s.q, &s.k, &s.v, &s.attn, &s.ffn_out, &s.ff_gate, &s.ff_up, &s.ff_in,
-                          &s.ff_down, &s.router, &s.rope_cos, &s.rope_sin, &s.logits})
+                          &s.ff_down, &s.shared_out, &s.shared_logit, &s.router, &s.top_w, &s.rope_cos, &s.rope_sin})
       floats += std::ssize(*v);
     m.workspace_bytes = floats * int64_t(sizeof(float));
     return m;
@@ -55,23 +55,13 @@ class CpuRunner final : public ModelRunner {
 
 }  // namespace
 
-int32_t ModelRunner::add_sequence() {
-  throw_error("the {} runner runs one sequence; batches of several run on the CPU", device());
-}
-void ModelRunner::remove_sequence(int32_t) {
-  throw_error("the {} runner runs one sequence; batches of several run on the CPU", device());
-}
-void ModelRunner::forward(const Batch&, float*) {
-  throw_error("the {} runner runs one sequence; batches of several run on the CPU", device());
-}
-
 std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& pool, int64_t n_ctx, int64_t batch,
                                              ForwardHooks hooks, int64_t n_seq) {
   return std::make_unique<CpuRunner>(model, pool, n_ctx, batch, std::move(hooks), n_seq);
 }
 
 #if !CHRONOS_HAVE_CUDA
-std::unique_ptr<ModelRunner> make_cuda_runner(const Model&, Backend&, int64_t, int64_t, ForwardHooks) {
+std::unique_ptr<ModelRunner> make_cuda_runner(const Model&, Backend&, int64_t, int64_t, ForwardHooks, int64_t) {
   throw_error("this chronos was built without the CUDA backend (rebuild with -DCHRONOS_CUDA=ON)");
 }
 #endif

@@ -1,13 +1,15 @@
 // The CUDA runner end to end against the CPU runner on the fixture checkpoints (every
 // architecture, f32 and bf16) and on a Q8_0 pack, and expert streaming on CUDA: wait mode
-// token-identical to the all-in-VRAM run at every budget, fallback never blocking. Skipped without
-// a CUDA device.
+// token-identical to the all-in-VRAM run at every budget, fallback never blocking; many sequences
+// in one forward, each getting its logits alone, resident and streamed at two slots. Skipped
+// without a CUDA device.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <optional>
 
@@ -332,6 +334,130 @@ TEST(CudaDevice, AbsentDeviceIsAClearError) {
   if (cuda_backend(why)) GTEST_SKIP() << "this machine has a CUDA device";
   EXPECT_NE(why.find("--device cuda"), std::string::npos) << why;
 }
+
+// ---- many sequences in one forward ----------------------------------------------------------
+
+struct Plan {
+  std::vector<int32_t> prompt;
+  int64_t join, steps;
+};
+
+// A prefills 6 tokens beside B's 3 at step 0; B decodes twice and leaves, and C joins at step 3 in
+// its slot, prefilling beside the decoding A (each sequence gets its prompt's last logits, then one
+// row per decode step). No step has more than 16 rows, so every chunk takes the matvec path, as
+// the sequences alone do.
+const std::vector<Plan> kPlan = {{{5, 9, 14, 3, 30, 31}, 0, 6}, {{40, 41, 7}, 0, 2}, {{8, 11, 12, 2}, 3, 3}};
+
+// Each sequence's logits, step by step, from one batched run of kPlan on `runner` (made with 3
+// slots); `begin_step` runs before each forward.
+std::vector<std::vector<std::vector<float>>> run_batched(ModelRunner& runner, int64_t n_vocab,
+                                                         const std::function<void()>& begin_step) {
+  std::vector<std::vector<std::vector<float>>> out(kPlan.size());
+  std::vector<int32_t> slot(kPlan.size(), -1);
+  std::vector<int64_t> done(kPlan.size(), -1);
+  std::vector<size_t> owner;
+  Batch batch;
+  std::vector<float> logits(size_t(16 * n_vocab));
+  for (int64_t step = 0; step < 8; ++step) {
+    batch.clear();
+    owner.clear();
+    for (size_t i = 0; i < kPlan.size(); ++i) {
+      const Plan& q = kPlan[i];
+      if (step == q.join) {
+        slot[i] = runner.add_sequence();
+        for (size_t t = 0; t < q.prompt.size(); ++t)
+          batch.add(slot[i], int64_t(t), q.prompt[t], t + 1 == q.prompt.size());
+      } else if (done[i] >= 0 && done[i] < q.steps) {
+        batch.add(slot[i], std::ssize(q.prompt) + done[i], argmax(out[i].back()), true);
+      } else {
+        continue;
+      }
+      owner.push_back(i);
+    }
+    if (batch.size() == 0) break;
+    if (begin_step) begin_step();
+    runner.forward(batch, logits.data());
+    for (size_t r = 0; r < owner.size(); ++r) {
+      const size_t i = owner[r];
+      out[i].emplace_back(logits.begin() + int64_t(r) * n_vocab, logits.begin() + int64_t(r + 1) * n_vocab);
+      if (++done[i] == kPlan[i].steps) runner.remove_sequence(slot[i]);
+    }
+  }
+  return out;
+}
+
+// One sequence alone on a one-sequence runner: its prompt, then greedy single-token steps.
+std::vector<std::vector<float>> run_alone(ModelRunner& runner, int64_t n_vocab, const Plan& q) {
+  std::vector<std::vector<float>> out(1, std::vector<float>(size_t(n_vocab)));
+  runner.forward(q.prompt, 0, out[0].data(), false);
+  for (int64_t step = 1; step <= q.steps; ++step) {
+    const int32_t token = argmax(out.back());
+    out.emplace_back(size_t(n_vocab));
+    runner.forward({&token, 1}, std::ssize(q.prompt) + step - 1, out.back().data(), false);
+  }
+  return out;
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(argmax(got), argmax(want)) << what;
+  float scale = 0.0f, worst = 0.0f;
+  for (size_t v = 0; v < want.size(); ++v) {
+    scale = std::max(scale, std::abs(want[v]));
+    worst = std::max(worst, std::abs(got[v] - want[v]));
+  }
+  EXPECT_LE(worst, 1e-5f * scale) << what;
+}
+
+class CudaBatched : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CudaBatched, EachSequenceGetsItsAloneLogitsResidentAndStreamedAtTwoSlots) {
+  REQUIRE_CUDA(backend);
+  const fs::path dir = fixture(GetParam());
+  auto model = Model::load(dir);
+  const int64_t n_vocab = model->config().n_vocab;
+
+  auto batched = make_cuda_runner(*model, *backend, 32, 16, {}, 3);
+  const auto resident = run_batched(*batched, n_vocab, nullptr);
+  for (size_t i = 0; i < kPlan.size(); ++i) {
+    auto alone_runner = make_cuda_runner(*model, *backend, 32, 16);
+    const auto alone = run_alone(*alone_runner, n_vocab, kPlan[i]);
+    ASSERT_EQ(resident[i].size(), alone.size()) << "sequence " << i;
+    for (size_t step = 0; step < alone.size(); ++step)
+      expect_close(resident[i][step], alone[step], "sequence " + std::to_string(i) + " step " + std::to_string(step));
+  }
+
+  // The same batch from a pack through a cache of two expert slots, waiting for every miss.
+  const fs::path packed = fs::temp_directory_path() / ("chronos_cuda_batch_" + std::to_string(::getpid()));
+  fs::remove_all(packed);
+  write_pack(*model, dir, packed, PackOptions{.method = ClusterMethod::kNone}, [](int64_t, int64_t) {});
+  {
+    auto streamed_model = Model::load(packed);
+    const PackManifest manifest = PackManifest::load(packed);
+    int64_t slot = 0;
+    for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
+    StreamerOptions so;
+    so.budget_bytes = slot * 2;
+    so.prefetch.staging_bytes = slot * 2;
+    ExpertStreamer streamer(*streamed_model, packed, *backend, so);
+    auto runner = make_cuda_runner(*streamed_model, *backend, 32, 16, streamer.hooks(), 3);
+    streamer.begin_request();
+    const auto streamed = run_batched(*runner, n_vocab, [&] { streamer.begin_step(); });
+    for (size_t i = 0; i < kPlan.size(); ++i) {
+      ASSERT_EQ(streamed[i].size(), resident[i].size()) << "sequence " << i;
+      for (size_t step = 0; step < streamed[i].size(); ++step)
+        expect_close(streamed[i][step], resident[i][step],
+                     "streamed sequence " + std::to_string(i) + " step " + std::to_string(step));
+    }
+    EXPECT_EQ(streamer.stats().fallbacks, 0);
+    EXPECT_GT(streamer.stats().misses, 0);
+    EXPECT_LE(streamer.stats().cache.peak_bytes, slot * 2);
+  }
+  fs::remove_all(packed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatched,
+                         ::testing::Values("mixtral-bf16", "qwen2_moe-f32", "qwen3_moe-f32", "olmoe-f32"));
 
 }  // namespace
 }  // namespace chronos

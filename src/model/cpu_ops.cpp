@@ -1,0 +1,240 @@
+// The CPU's op table (cpu_ops.h): the forward's operations over src/ops and the thread pool,
+// keeping the tuned MoE waves (work-sized row chunks, activations prepared once per expert).
+#include "model/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "chronos/thread_pool.h"
+#include "kernels/moe_combine.h"
+#include "model/router.h"
+
+namespace chronos {
+namespace {
+
+constexpr int64_t kRowChunk = 32;            // fewest rows of one expert matrix per pool task
+constexpr int64_t kMaxChunksPerExpert = 64;  // bounds the work list (sized at load)
+// Pool tasks per thread in one wave dispatch: enough that threads finishing early take more
+// work, few enough that each task's row streams are long. One decode token's q4_k experts in
+// tasks of 56 rows (four 14-row streams, 8 KiB each) decoded about 20% slower on the synthetic
+// Mixtral than in tasks of 448-896 rows: each task's first blocks wait on memory before the
+// prefetches run ahead.
+constexpr int64_t kTasksPerThread = 8;
+// At most this many row-token products per task: a task this long already streams its rows at
+// full speed, and longer ones only balance worse. A 128-token prefill (about 32 tokens per expert)
+// keeps its short chunks; decode gets the long ones.
+constexpr int64_t kMaxTaskWork = 1024;
+
+// One query head over keys [first, last]: softmax(q·k * scale) · v, computed block by block with a
+// running max so no score buffer larger than a block is needed (exact up to f32 rounding).
+void attend_head(float* out, const float* q, KvStore& kv, int32_t slot, int64_t layer, int64_t kv_offset, int64_t first,
+                 int64_t last, int64_t head_dim, float scale) {
+  constexpr int64_t kBlock = 128;
+  float scores[kBlock];
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0.0f;
+  std::fill(out, out + head_dim, 0.0f);
+  for (int64_t block = first; block <= last; block += kBlock) {
+    const int64_t count = std::min(kBlock, last - block + 1);
+    float block_max = -std::numeric_limits<float>::infinity();
+    ops::dot_rows(scores, q, kv.k(slot, layer, block) + kv_offset, kv.kv_dim(), count, head_dim, scale);
+    for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, scores[j]);
+    const float new_max = std::max(running_max, block_max);
+    const float correction = std::exp(running_max - new_max);  // 0 on the first block
+    if (correction != 1.0f) {
+      for (int64_t i = 0; i < head_dim; ++i) out[i] *= correction;
+      running_sum *= correction;
+    }
+    for (int64_t j = 0; j < count; ++j) {  // the scores become the weights of the values
+      scores[j] = std::exp(scores[j] - new_max);
+      running_sum += scores[j];
+    }
+    ops::axpy_rows(out, scores, kv.v(slot, layer, block) + kv_offset, kv.kv_dim(), count, head_dim);
+    running_max = new_max;
+  }
+  const float inv = 1.0f / running_sum;
+  for (int64_t i = 0; i < head_dim; ++i) out[i] *= inv;
+}
+
+}  // namespace
+
+void CpuOps::set_rows(const Batch& batch, int64_t begin, int64_t n) {
+  batch_ = &batch;
+  begin_ = begin;
+  n_ = n;
+}
+
+void CpuOps::embed(float* x, const WeightView& table) {
+  for (int64_t t = 0; t < n_; ++t) ops::weight_row_to_f32(x + t * c_.n_embd, table, batch_->token(begin_ + t));
+}
+
+void CpuOps::rmsnorm(float* y, const float* x, const float* weight, int64_t rows, int64_t width, float eps) {
+  for (int64_t r = 0; r < rows; ++r) ops::rmsnorm(y + r * width, x + r * width, weight, width, eps);
+}
+
+void CpuOps::project(float* y, const float* x, const WeightView& w, int64_t rows) { ops::matmul(y, x, w, rows, pool_); }
+
+void CpuOps::add_bias(float* y, const float* bias, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) ops::axpy(y + r * width, 1.0f, bias, width);
+}
+
+void CpuOps::clamp(float* x, int64_t count, float limit) {
+  for (int64_t i = 0; i < count; ++i) x[i] = std::clamp(x[i], -limit, limit);
+}
+
+void CpuOps::add(float* y, const float* x, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) y[i] += x[i];
+}
+
+void CpuOps::silu_mul(float* out, const float* gate, const float* up, int64_t count) {
+  ops::silu_mul(out, gate, up, count);
+}
+
+void CpuOps::rope(float* x, int64_t heads, int64_t row_stride) {
+  const int64_t half = c_.n_rot / 2, hd = c_.head_dim;
+  for (int64_t t = 0; t < n_; ++t) {
+    const int64_t pos = batch_->pos(begin_ + t);
+    const float* cos = s_.rope_cos.data() + pos * half;
+    const float* sin = s_.rope_sin.data() + pos * half;
+    for (int64_t h = 0; h < heads; ++h) ops::rope_head(x + t * row_stride + h * hd, cos, sin, c_.n_rot);
+  }
+}
+
+void CpuOps::attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) {
+  const int64_t hd = c_.head_dim, q_dim = c_.q_dim(), kv_dim = c_.kv_dim();
+  for (int64_t t = 0; t < n_; ++t) {
+    const int32_t slot = batch_->seq(begin_ + t);
+    const int64_t pos = batch_->pos(begin_ + t);
+    std::copy(k + t * kv_dim, k + (t + 1) * kv_dim, kv_.k(slot, layer, pos));
+    std::copy(v + t * kv_dim, v + (t + 1) * kv_dim, kv_.v(slot, layer, pos));
+  }
+  // Query head h reads kv head h / (n_head / n_head_kv).
+  const int64_t group = c_.n_head / c_.n_head_kv;
+  const float scale = 1.0f / std::sqrt(float(hd));
+  pool_.run(n_ * c_.n_head, [&](int64_t task) {
+    const int64_t t = task / c_.n_head, h = task % c_.n_head;
+    const int64_t last = batch_->pos(begin_ + t);
+    const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
+    attend_head(out + t * q_dim + h * hd, q + t * q_dim + h * hd, kv_, batch_->seq(begin_ + t), layer, (h / group) * hd,
+                first, last, hd, scale);
+  });
+}
+
+RoutedRows CpuOps::route(RouterKind kind, int64_t n, bool) {
+  route_rows(kind, c_, s_.act.router, s_.top_ids.data(), s_.top_w.data(), n);
+  return {s_.top_ids.data(), s_.top_w.data(), s_.act.router};
+}
+
+void CpuOps::gather_rows(float* dst, const float* src, std::span<const int32_t> rows, int64_t width) {
+  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(src + int64_t(rows[r]) * width, width, dst + int64_t(r) * width);
+}
+
+// Within a wave, work items are (expert, chunk of rows): one pool dispatch computes gate and up of
+// every expert of the wave, a second computes down, so small and large experts both spread over
+// threads.
+void CpuOps::expert_wave(int64_t, const MoePlan& plan, std::span<const int32_t> ids,
+                         std::span<const FfnWeights* const> views) {
+  Model::Scratch& s = s_;
+  const int64_t d = c_.n_embd, n_ff = c_.n_ff_expert;
+  const auto xq_of = [&](int32_t e) {
+    return reinterpret_cast<uint8_t*>(s.expert_xq.data()) + s.expert_xq_at[size_t(e)];
+  };
+  // Row chunks sized by work (rows times the expert's tokens), about kTasksPerThread per thread
+  // over the wave: an expert with more tokens gets shorter chunks. Any chunking gives the same
+  // bits (each output row is one kernel call's, whoever computes it).
+  const auto tokens_of = [&](int32_t e) { return plan.row_end(e) - plan.row_begin(e); };
+  auto build_items = [&](int64_t rows_per_expert) {
+    int64_t work = 0;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (views[i] != nullptr) work += rows_per_expert * tokens_of(ids[i]);
+    const int64_t work_per_task = std::clamp<int64_t>(work / (kTasksPerThread * pool_.size()), 1, kMaxTaskWork);
+    const int64_t fewest = std::max(kRowChunk, (rows_per_expert + kMaxChunksPerExpert - 1) / kMaxChunksPerExpert);
+    s.items.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (views[i] == nullptr) continue;
+      const int64_t tokens = std::max<int64_t>(1, tokens_of(ids[i]));
+      const int64_t chunk = std::max(fewest, (work_per_task / tokens + kRowChunk - 1) / kRowChunk * kRowChunk);
+      for (int64_t r = 0; r < rows_per_expert; r += chunk)
+        s.items.push_back({ids[i], int32_t(r), int32_t(std::min(r + chunk, rows_per_expert)), views[i]});
+    }
+  };
+  // Each expert's input rows as the 8-bit activation blocks of its weights' integer path, made once
+  // (one pool task per expert) instead of once by every row chunk: with a chunk of 32-56 rows,
+  // requantizing per chunk took 8% of q4_k decode. Nothing is made for weights on the f32 path.
+  const auto prepare = [&](const float* x, int64_t cols, const WeightView FfnWeights::*which) {
+    int64_t total = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (views[i] == nullptr) continue;
+      const int32_t e = ids[i];
+      s.expert_xq_at[size_t(e)] = total;
+      total += ops::prepared_activation_bytes(views[i]->*which, plan.row_end(e) - plan.row_begin(e));
+    }
+    if (total == 0) return;
+    if (s.expert_xq.size() * 8 < size_t(total)) s.expert_xq.resize(size_t(total + 7) / 8);
+    pool_.run(std::ssize(ids), [&](int64_t i) {
+      if (views[size_t(i)] == nullptr) return;
+      const int32_t e = ids[size_t(i)];
+      const int64_t r0 = plan.row_begin(e);
+      ops::prepare_activations(xq_of(e), x + r0 * cols, views[size_t(i)]->*which, plan.row_end(e) - r0);
+    });
+  };
+  float* const ff_in = s.act.ff_in;
+  float* const ff_gate = s.act.ff_gate;
+  float* const ff_up = s.act.ff_up;
+  float* const ff_down = s.act.ff_down;
+  prepare(ff_in, d, &FfnWeights::gate);
+  build_items(n_ff);
+  pool_.run(std::ssize(s.items), [&](int64_t i) {
+    const auto item = s.items[size_t(i)];
+    const int64_t r0 = plan.row_begin(item.expert), rows = plan.row_end(item.expert) - r0;
+    const float* x = ff_in + r0 * d;
+    const WeightView &gate = item.weights->gate, &up = item.weights->up;
+    ops::matmul_rows_prepared(ff_gate + r0 * n_ff, x, xq_of(item.expert), gate, rows, item.row_begin, item.row_end);
+    if (ops::same_prepared_activations(up, gate))
+      ops::matmul_rows_prepared(ff_up + r0 * n_ff, x, xq_of(item.expert), up, rows, item.row_begin, item.row_end);
+    else
+      ops::matmul_rows(ff_up + r0 * n_ff, x, up, rows, item.row_begin, item.row_end);
+  });
+  // The wave's rows are contiguous: experts are grouped in index order and ids is ascending.
+  const int64_t row_begin = plan.row_begin(ids.front()), row_end = plan.row_end(ids.back());
+  ops::silu_mul(ff_gate + row_begin * n_ff, ff_gate + row_begin * n_ff, ff_up + row_begin * n_ff,
+                (row_end - row_begin) * n_ff);
+  prepare(ff_gate, n_ff, &FfnWeights::down);  // the gate/up inputs are no longer needed
+  build_items(d);
+  pool_.run(std::ssize(s.items), [&](int64_t i) {
+    const auto item = s.items[size_t(i)];
+    const int64_t r0 = plan.row_begin(item.expert), rows = plan.row_end(item.expert) - r0;
+    ops::matmul_rows_prepared(ff_down + r0 * d, ff_gate + r0 * n_ff, xq_of(item.expert), item.weights->down, rows,
+                              item.row_begin, item.row_end);
+  });
+}
+
+// kernels/moe_combine.h's formula: each token's factors from combine_plan, its slots summed in
+// order j = 0 .. k-1 (a row at a time, so the sum vectorizes), then the shared expert.
+void CpuOps::combine(float* out, const MoePlan& plan, const float* shared, const float* shared_gate_logit, int64_t n) {
+  const int64_t d = c_.n_embd, k = c_.n_expert_used;
+  const float* y = s_.act.ff_down;
+  const std::span<const int32_t> rows = plan.choice_rows();
+  const std::span<const float> weights = plan.choice_weights();
+  const std::span<const uint8_t> missing = plan.choice_missing();
+  for (int64_t t = 0; t < n; ++t) {
+    const float* w = weights.data() + t * k;
+    const uint8_t* miss = missing.data() + t * k;
+    const CombinePlan factors =
+        combine_plan(w, miss, k, shared != nullptr, shared_gate_logit != nullptr ? shared_gate_logit + t : nullptr);
+    float* o = out + t * d;
+    std::fill(o, o + d, 0.0f);
+    for (int64_t j = 0; j < k; ++j)
+      if (!miss[j]) ops::axpy(o, w[j], y + int64_t(rows[size_t(t * k + j)]) * d, d);
+    if (factors.routed_scale != 1.0f)
+      for (int64_t i = 0; i < d; ++i) o[i] *= factors.routed_scale;
+    if (shared != nullptr) ops::axpy(o, factors.shared_coef, shared + t * d, d);
+  }
+}
+
+void CpuOps::lm_head(float* host_logits, const float* x, const WeightView& output, int64_t rows) {
+  ops::matmul(host_logits, x, output, rows, pool_);
+}
+
+}  // namespace chronos
