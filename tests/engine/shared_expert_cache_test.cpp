@@ -180,7 +180,7 @@ TEST_F(StreamerWakesOnError, ADemandWaitWakesOnItsReadErrorAndRethrowsIt) {
   expect_wakes_and_rethrows(setup, [key](ExpertStreamer& streamer) {
     streamer.begin_step();
     const FfnWeights* view = nullptr;
-    streamer.acquire(key.layer, {&key.expert, 1}, {&view, 1});
+    streamer.experts().acquire(key.layer, {&key.expert, 1}, {&view, 1});
   });
 }
 

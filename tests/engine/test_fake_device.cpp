@@ -249,7 +249,7 @@ TEST_F(FakeDeviceStreaming, ComputeStreamWaitsForCopiesAndSlotsAreNotOverwritten
   so.prefetch.staging_bytes = so.budget_bytes;
   ExpertStreamer streamer(*model, packed, device, so);
   auto compute = device.create_stream();
-  streamer.set_compute_stream(compute.get());
+  streamer.experts().set_compute_stream(compute.get());
   const PackManifest& manifest = streamer.manifest();
 
   std::atomic<int64_t> checked{0}, corrupt{0};
@@ -264,7 +264,7 @@ TEST_F(FakeDeviceStreaming, ComputeStreamWaitsForCopiesAndSlotsAreNotOverwritten
       std::vector<int32_t> ids(all.begin(), all.begin() + 2);
       std::sort(ids.begin(), ids.end());
       std::vector<const FfnWeights*> views(ids.size());
-      streamer.acquire(il, ids, views);
+      streamer.experts().acquire(il, ids, views);
       for (size_t i = 0; i < ids.size(); ++i) {
         ASSERT_NE(views[i], nullptr);
         const PackedExpert& expert = manifest.experts.at(ExpertKey{int32_t(il), ids[i]});
@@ -279,7 +279,7 @@ TEST_F(FakeDeviceStreaming, ComputeStreamWaitsForCopiesAndSlotsAreNotOverwritten
           ++checked;
         });
       }
-      streamer.release(il, ids);
+      streamer.experts().release(il, ids);
     }
   }
   compute->synchronize();
@@ -300,22 +300,22 @@ TEST_F(FakeDeviceStreaming, FallbackPollsCopyEventsAndNeverBlocks) {
   so.on_miss = OnMiss::kFallback;
   ExpertStreamer streamer(*model, packed, device, so);
   auto compute = device.create_stream();
-  streamer.set_compute_stream(compute.get());
+  streamer.experts().set_compute_stream(compute.get());
   const int64_t layer = 0;
   const std::vector<int32_t> ids = {0, 1, 2};
   std::vector<const FfnWeights*> views(ids.size());
   streamer.begin_step();
-  streamer.acquire(layer, ids, views);
+  streamer.experts().acquire(layer, ids, views);
   for (const auto* v : views) EXPECT_EQ(v, nullptr) << "nothing was resident: every expert falls back";
-  streamer.release(layer, ids);
+  streamer.experts().release(layer, ids);
   // The demand reads queued by those misses land and their copies complete; until then the
   // experts keep falling back, and acquire never waits.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   int rounds = 0;
   for (;; ++rounds) {
-    streamer.acquire(layer, ids, views);
+    streamer.experts().acquire(layer, ids, views);
     const bool all_ready = std::all_of(views.begin(), views.end(), [](const FfnWeights* v) { return v != nullptr; });
-    streamer.release(layer, ids);
+    streamer.experts().release(layer, ids);
     if (all_ready || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

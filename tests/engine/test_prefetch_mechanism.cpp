@@ -20,6 +20,7 @@
 #include "chronos/backend.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/generate.h"
+#include "chronos/model_runner.h"
 #include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/predictors.h"
@@ -318,6 +319,60 @@ TEST_F(PrefetchMechanism, IntentSetAtPrefillRespectsItsCap) {
   }
 }
 
+// Many sequences in one step: each sequence whose request began gets its own intent set from its
+// rows, and each sequence's newest row its own lookahead, all queued together. (Reading the step's
+// last row only, as one sequence does, would make one lookahead per step and lose the others.)
+TEST_F(PrefetchMechanism, EachSequenceOfABatchGetsItsIntentSetAndLookahead) {
+  const fs::path packed = pack_with_predictors(fixture("mixtral-f32"), brief_training());
+  const auto predictors = Predictors::load(packed);
+  ASSERT_TRUE(predictors);
+  std::vector<ExpertScore> scores;
+  predictors->lookahead(std::vector<float>(size_t(predictors->n_embd()), 0.5f), predictors->n_expert_used(), scores);
+  const auto lookahead = std::ssize(scores);
+  const int64_t n_routed = int64_t(predictors->moe_layers().size()) * predictors->n_expert();
+
+  const auto model = Model::load(packed);
+  const auto backend = make_cpu_backend();
+  StreamerOptions options;
+  options.budget_bytes = 12 * slot_bytes(packed);
+  options.mode = PrefetchMode::kPredict;
+  options.intent_share = 0.5;
+  const int64_t intent = std::min<int64_t>(6, n_routed);  // each sequence's set: half of 12 slots
+  ExpertStreamer streamer(*model, packed, *backend, options);
+  ThreadPool pool(2);
+  auto runner = make_cpu_runner(*model, pool, 64, 32, streamer.hooks(), 3);
+  std::vector<float> logits(size_t(3 * model->config().n_vocab));
+  const int32_t a = runner->add_sequence(), b = runner->add_sequence(), c = runner->add_sequence();
+  const auto step = [&](const Batch& batch) {
+    const int64_t before = streamer.stats().predicted;
+    streamer.begin_step();
+    runner->forward(batch, logits.data());
+    return streamer.stats().predicted - before;
+  };
+  Batch batch;
+  // A and B prefill together (their rows interleaved), C is idle: two intent sets, two lookaheads.
+  streamer.begin_request(a);
+  streamer.begin_request(b);
+  for (int32_t t = 0; t < 5; ++t) {
+    batch.add(a, t, 3 + t, t == 4);
+    if (t < 3) batch.add(b, t, 20 + t, t == 2);
+  }
+  EXPECT_EQ(step(batch), 2 * intent + 2 * lookahead);
+  // A and B decode while C prefills: C's intent set, three lookaheads.
+  streamer.begin_request(c);
+  batch.clear();
+  batch.add(a, 5, 7, true);
+  batch.add(c, 0, 9, false);
+  batch.add(c, 1, 10, true);
+  batch.add(b, 3, 11, true);
+  EXPECT_EQ(step(batch), intent + 3 * lookahead);
+  // Decode rows only: one lookahead each, no intent set.
+  batch.clear();
+  batch.add(c, 2, 12, true);
+  batch.add(a, 6, 13, true);
+  EXPECT_EQ(step(batch), 2 * lookahead);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stale requests.
 
@@ -521,9 +576,9 @@ TEST_F(PrefetchMechanism, APredictedExpertOutlivesDemandLoadsUntilItsStepThenGoe
   const auto demand_load = [&] {
     const ExpertKey key = others[next_other++ % others.size()];
     const FfnWeights* view = nullptr;
-    streamer.acquire(key.layer, {&key.expert, 1}, {&view, 1});
+    streamer.experts().acquire(key.layer, {&key.expert, 1}, {&view, 1});
     ASSERT_NE(view, nullptr);
-    streamer.release(key.layer, {&key.expert, 1});
+    streamer.experts().release(key.layer, {&key.expert, 1});
   };
   const auto resident = [&](ExpertKey key) { return streamer.cache().lock()->find(key).state != SlotState::kEmpty; };
 

@@ -388,15 +388,15 @@ TEST_F(StreamingErrors, FlippedByteIsAnErrorInFallbackModeToo) {
   const FfnWeights* view = nullptr;
   streamer.begin_request();
   streamer.begin_step();
-  streamer.acquire(victim.layer, {&expert, 1}, {&view, 1});
+  streamer.experts().acquire(victim.layer, {&expert, 1}, {&view, 1});
   EXPECT_EQ(view, nullptr);  // missing: the fallback stands in, for now
-  streamer.release(victim.layer, {&expert, 1});
+  streamer.experts().release(victim.layer, {&expert, 1});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (streamer.prefetcher().error() == nullptr && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_NE(streamer.prefetcher().error(), nullptr) << "the corrupt read never completed";
   try {
-    streamer.acquire(victim.layer, {&expert, 1}, {&view, 1});
+    streamer.experts().acquire(victim.layer, {&expert, 1}, {&view, 1});
     FAIL() << "the corrupt expert was silently replaced by the fallback";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
