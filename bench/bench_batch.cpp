@@ -15,9 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "chronos/backend.h"
+#include "chronos/engine.h"
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/model.h"
+#include "chronos/model_runner.h"
 #include "chronos/thread_pool.h"
 
 namespace {
@@ -72,21 +74,17 @@ int main(int argc, char** argv) {
         if (budget <= 0.0) streamer->load_all();
         hooks = streamer->hooks();
       }
-      KvStore kv(c, prompt + steps + 8, n_seq);
-      auto scratch = model->make_scratch(std::max<int64_t>(n_seq, 8), kv.n_ctx());
+      const auto runner = make_cpu_runner(*model, pool, prompt + steps + 8, std::max<int64_t>(n_seq, 8), hooks, n_seq);
+      const Engine engine(runner.get(), streamer.get());
       std::vector<float> logits(size_t(n_seq * c.n_vocab));
       std::vector<int32_t> slots;
       Batch batch;
       for (int64_t s = 0; s < n_seq; ++s) {
-        slots.push_back(kv.allocate());
+        slots.push_back(engine.add_sequence());
         for (int64_t i = 0; i < prompt; ++i)
           batch.add(slots.back(), i, int32_t(1 + (s * 131 + i * 7) % (c.n_vocab - 1)), i + 1 == prompt);
       }
-      if (streamer) {
-        streamer->begin_request();
-        streamer->begin_step();
-      }
-      model->forward(batch, kv, *scratch, pool, logits.data(), hooks);
+      engine.forward(batch, logits.data());
       const StreamerStats before = streamer ? streamer->stats() : StreamerStats{};
       const double start = now_seconds();
       for (int64_t step = 0; step < steps; ++step) {
@@ -95,8 +93,7 @@ int main(int argc, char** argv) {
           const float* row = logits.data() + s * c.n_vocab;
           batch.add(slots[size_t(s)], prompt + step, int32_t(std::max_element(row, row + c.n_vocab) - row), true);
         }
-        if (streamer) streamer->begin_step();
-        model->forward(batch, kv, *scratch, pool, logits.data(), hooks);
+        engine.forward(batch, logits.data());
       }
       const double seconds = now_seconds() - start;
       double experts_per_step = 0.0, disk_mb_per_step = 0.0;

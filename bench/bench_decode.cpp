@@ -145,9 +145,10 @@ int main(int argc, char** argv) {
     // Dense bytes per token; routed bytes counted from the real routing of the run.
     TouchedBytes touched;
     touched.dense = bytes_of(w.output) + dtype_row_bytes(w.tok_embd.dtype, c.n_embd);
-    for (const auto& l : w.layers) {
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+      const LayerWeights& l = w.layers[size_t(il)];
       touched.dense += bytes_of(l.wq) + bytes_of(l.wk) + bytes_of(l.wv) + bytes_of(l.wo);
-      if (l.is_moe)
+      if (c.is_moe_layer(il))
         touched.dense += bytes_of(l.router) + l.shared.n_bytes() + bytes_of(l.shared_gate);
       else
         touched.dense += l.dense.n_bytes();

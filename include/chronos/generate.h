@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chronos/engine.h"
 #include "chronos/model.h"
 #include "chronos/model_runner.h"
 #include "chronos/sampler.h"
@@ -62,7 +63,7 @@ class Generator {
   // A pack folder's experts: the generator begins a request on `streamer` before the prompt and a
   // step before every forward (protections expire, stale prefetches are cancelled, the intent set
   // is taken from the prompt). The streamer must outlive the generator; nullptr detaches it.
-  void stream_experts_with(ExpertStreamer* streamer) { streamer_ = streamer; }
+  void stream_experts_with(ExpertStreamer* streamer) { engine_ = Engine(runner_.get(), streamer); }
 
   // Runs one request from an empty cache. Throws Error when the prompt does not fit the context.
   GenerateStats generate(std::span<const int32_t> prompt, const GenerateOptions& options, const TextFn& on_text);
@@ -72,12 +73,10 @@ class Generator {
   const ModelRunner& runner() const { return *runner_; }
 
  private:
-  // Before every forward: the streamer's step, then options.on_step.
-  void step(const GenerateOptions& options, int64_t pos);
   const Model& model_;
   const Tokenizer& tokenizer_;
   std::unique_ptr<ModelRunner> runner_;
-  ExpertStreamer* streamer_ = nullptr;
+  Engine engine_;  // the runner and the streamer (if any)
   int64_t n_ctx_;
   std::vector<float> logits_;
 };

@@ -38,12 +38,11 @@ struct LayerWeights {
   WeightView wq, wk, wv, wo;          // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
   std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without biases
   std::vector<float> q_norm, k_norm;  // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
-  bool is_moe = false;
-  WeightView router;                // [n_expert, n_embd]
-  std::vector<FfnWeights> experts;  // [n_expert]
-  FfnWeights shared;                // shared expert (Qwen2-MoE), absent otherwise
-  WeightView shared_gate;           // [1, n_embd]
-  FfnWeights dense;                 // dense MLP of non-MoE layers
+  WeightView router;                  // [n_expert, n_embd]
+  std::vector<FfnWeights> experts;    // [n_expert]
+  FfnWeights shared;                  // shared expert (Qwen2-MoE), absent otherwise
+  WeightView shared_gate;             // [1, n_embd]
+  FfnWeights dense;                   // dense MLP of non-MoE layers
 };
 
 struct ModelWeights {

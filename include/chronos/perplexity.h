@@ -9,18 +9,10 @@
 #include <functional>
 #include <span>
 
+#include "chronos/engine.h"
 #include "chronos/model_runner.h"
 
 namespace chronos {
-
-class ExpertStreamer;
-
-// One model under measurement: its runner and, for a pack, the streamer the runner's hooks come
-// from (the meter begins a request per window and a step per forward call, as the generator does).
-struct MeteredModel {
-  ModelRunner* runner = nullptr;
-  ExpertStreamer* streamer = nullptr;
-};
 
 struct PerplexityOptions {
   // Each window of n_ctx tokens starts from an empty context: its first half is a prefill that is
@@ -52,7 +44,7 @@ struct PerplexityResult {
 // hold n_ctx tokens. `on_window(done, total)` reports progress. Throws Error when the text is
 // shorter than one window or n_ctx < 4.
 PerplexityResult measure_perplexity(std::span<const int32_t> text, const PerplexityOptions& options,
-                                    const MeteredModel& model, const MeteredModel& reference,
+                                    const Engine& model, const Engine& reference,
                                     const std::function<void(int64_t, int64_t)>& on_window = {});
 
 // log-softmax helpers, exposed for tests: -log p(target) under softmax(logits[n]); and

@@ -10,6 +10,7 @@
 
 #include "chronos/backend.h"
 #include "chronos/budget.h"
+#include "chronos/engine.h"
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/model.h"
@@ -182,6 +183,7 @@ int run_bench(const BenchArgs& args) {
     if (cfg.resident) streamer.load_all();
     const auto runner = on_cuda ? make_cuda_runner(*model, *backend, n_ctx, 32, streamer.hooks())
                                 : make_cpu_runner(*model, pool, n_ctx, 32, streamer.hooks());
+    const Engine engine(runner.get(), &streamer);
     Result r;
     r.config = cfg;
     r.budget_bytes = cfg.resident ? streamer.n_slots() * streamer.cache().slot_bytes() : so.budget_bytes;
@@ -193,9 +195,8 @@ int run_bench(const BenchArgs& args) {
       const bool record_exact = cfg.resident && need_exact;
       if (record_exact) exact_logits[p].resize(size_t(args.n_predict * c.n_vocab));
       auto start = Clock::now();
-      streamer.begin_request();
-      streamer.begin_step();
-      runner->forward(ids, 0, logits.data(), false);
+      engine.begin_request();
+      engine.forward(ids, 0, logits.data());
       int32_t token = argmax(logits);
       r.ttft_seconds += std::chrono::duration<double>(Clock::now() - start).count();
       std::vector<int32_t> produced = {token};
@@ -215,8 +216,7 @@ int run_bench(const BenchArgs& args) {
         if (i + 1 == args.n_predict) break;
         const auto step_start = Clock::now();
         const int64_t pos = std::ssize(ids) + i;
-        streamer.begin_step();
-        runner->forward(std::span<const int32_t>(&token, 1), pos, logits.data(), false);
+        engine.forward(std::span<const int32_t>(&token, 1), pos, logits.data());
         token = argmax(logits);
         produced.push_back(token);
         const double dt = std::chrono::duration<double>(Clock::now() - step_start).count();

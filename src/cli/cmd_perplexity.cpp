@@ -62,7 +62,7 @@ struct Loaded {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<ExpertStreamer> streamer;
   std::unique_ptr<ModelRunner> runner;
-  MeteredModel metered() const { return {runner.get(), streamer.get()}; }
+  Engine engine() const { return {runner.get(), streamer.get()}; }
 };
 
 Loaded load(const std::filesystem::path& dir, const StreamingFlags& streaming, bool use_flags, ThreadPool& pool,
@@ -121,7 +121,7 @@ int run_perplexity(const PerplexityArgs& args) {
   options.n_vocab = model.model->config().n_vocab;
   const bool tty = isatty(fileno(stderr));
   const PerplexityResult r =
-      measure_perplexity(tokens, options, model.metered(), reference.metered(), [&](int64_t done, int64_t total) {
+      measure_perplexity(tokens, options, model.engine(), reference.engine(), [&](int64_t done, int64_t total) {
         if (tty) fmt::print(stderr, "\rperplexity: window {}/{}", done, total);
       });
   if (tty) fmt::print(stderr, "\n");

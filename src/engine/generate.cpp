@@ -81,15 +81,11 @@ Generator::Generator(const Model& model, const Tokenizer& tokenizer, std::unique
     : model_(model),
       tokenizer_(tokenizer),
       runner_(std::move(runner)),
+      engine_(runner_.get()),
       n_ctx_(runner_->n_ctx()),
       logits_(size_t(model.config().n_vocab)) {}
 
 Generator::~Generator() = default;
-
-void Generator::step(const GenerateOptions& options, int64_t pos) {
-  if (streamer_ != nullptr) streamer_->begin_step();
-  if (options.on_step) options.on_step(pos);
-}
 
 GenerateStats Generator::generate(std::span<const int32_t> prompt, const GenerateOptions& options,
                                   const TextFn& on_text) {
@@ -106,9 +102,12 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
   StopMatcher matcher(options.stop_strings);
 
   const auto start = std::chrono::steady_clock::now();
-  if (streamer_ != nullptr) streamer_->begin_request();
-  step(options, 0);
-  runner_->forward(prompt, 0, logits_.data(), false);
+  // options.on_step sees every forward step after the streamer begins it.
+  const auto on_step = [&](int64_t pos) {
+    return options.on_step ? std::function<void()>([&options, pos] { options.on_step(pos); }) : nullptr;
+  };
+  engine_.begin_request();
+  engine_.forward(prompt, 0, logits_.data(), false, on_step(0));
   stats.prefill_seconds = seconds_since(start);
   auto decode_start = start;
   int64_t pos = stats.prompt_tokens;
@@ -147,8 +146,7 @@ GenerateStats Generator::generate(std::span<const int32_t> prompt, const Generat
       stats.stop_reason = StopReason::kMaxTokens;
       break;
     }
-    step(options, pos);
-    runner_->forward(std::span<const int32_t>(&history.back(), 1), pos, logits_.data(), false);
+    engine_.forward(std::span<const int32_t>(&history.back(), 1), pos, logits_.data(), false, on_step(pos));
     ++pos;
   }
   if (stats.stop_reason != StopReason::kStopString && stats.stop_reason != StopReason::kCallback) {

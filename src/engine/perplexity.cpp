@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "chronos/error.h"
-#include "chronos/expert_streamer.h"
 
 namespace chronos {
 namespace {
@@ -23,19 +22,15 @@ int32_t argmax(std::span<const float> x) { return int32_t(std::max_element(x.beg
 
 // Logits of positions half .. n_ctx - 2 of `window` (each predicting the next token), into
 // out[(n_ctx - half - 1) * n_vocab]: a prefill of window[0, half), then one step per token.
-void run_window(const MeteredModel& m, std::span<const int32_t> window, int64_t half, int64_t n_vocab,
+void run_window(const Engine& m, std::span<const int32_t> window, int64_t half, int64_t n_vocab,
                 std::vector<float>& out) {
   const int64_t n_ctx = std::ssize(window), scored = n_ctx - half;
   out.resize(size_t(scored * n_vocab));
-  if (m.streamer != nullptr) {
-    m.streamer->begin_request();
-    m.streamer->begin_step();
-  }
-  m.runner->forward(window.subspan(0, size_t(half)), 0, out.data(), false);  // predicts window[half]
+  m.begin_request();
+  m.forward(window.subspan(0, size_t(half)), 0, out.data());  // predicts window[half]
   for (int64_t i = 1; i < scored; ++i) {
-    if (m.streamer != nullptr) m.streamer->begin_step();
     const int64_t pos = half + i - 1;
-    m.runner->forward(window.subspan(size_t(pos), 1), pos, out.data() + i * n_vocab, false);
+    m.forward(window.subspan(size_t(pos), 1), pos, out.data() + i * n_vocab);
   }
 }
 
@@ -70,9 +65,9 @@ double PerplexityResult::top1_agreement() const {
 }
 
 PerplexityResult measure_perplexity(std::span<const int32_t> text, const PerplexityOptions& options,
-                                    const MeteredModel& model, const MeteredModel& reference,
+                                    const Engine& model, const Engine& reference,
                                     const std::function<void(int64_t, int64_t)>& on_window) {
-  CHRONOS_CHECK(model.runner != nullptr);
+  CHRONOS_CHECK(model.runner() != nullptr);
   const int64_t n_ctx = options.n_ctx;
   if (n_ctx < 4) throw_error("a perplexity window must hold at least 4 tokens (got {})", n_ctx);
   int64_t windows = std::ssize(text) / n_ctx;
@@ -82,7 +77,7 @@ PerplexityResult measure_perplexity(std::span<const int32_t> text, const Perplex
   if (options.max_windows > 0) windows = std::min(windows, options.max_windows);
 
   PerplexityResult result;
-  result.has_reference = reference.runner != nullptr;
+  result.has_reference = reference.runner() != nullptr;
   const int64_t half = n_ctx / 2, scored = n_ctx - half;
   const int64_t n_vocab = options.n_vocab;
   CHRONOS_CHECK(n_vocab > 0);

@@ -177,7 +177,6 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
   ModelWeights& w = model->weights_;
   w.layers.resize(size_t(c.n_layer));
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    w.layers[size_t(il)].is_moe = c.is_moe_layer(il);
     if (c.is_moe_layer(il)) w.layers[size_t(il)].experts.resize(size_t(c.n_expert));
   }
 
