@@ -35,7 +35,7 @@ class ModelRunner {
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token.
   virtual void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) = 0;
   // Several sequences (a runner made with n_seq slots; the one-sequence forward above runs sequence
-  // 0, which a one-slot runner allocates when it is made): add_sequence() takes a free slot and
+  // 0, taking its slot on its first call if it is free): add_sequence() takes a free slot and
   // returns its sequence, remove_sequence() frees it, and forward(batch) runs rows of any sequences
   // in one step, writing logits [batch.n_logits(), n_vocab]. Throw Error for a full store or for
   // bad rows.

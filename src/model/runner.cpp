@@ -20,10 +20,10 @@ class CpuRunner final : public ModelRunner {
         scratch_(model.make_scratch(batch, n_ctx)) {
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");
-    if (n_seq == 1) kv_.allocate();  // sequence 0, for the one-sequence forward
   }
   std::string device() const override { return "cpu"; }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
+    if (!kv_.in_use(0)) kv_.allocate();  // sequence 0, taken by the first one-sequence call
     model_.forward(tokens, pos, kv_, *scratch_, pool_, logits, all_logits, hooks_);
   }
   int32_t add_sequence() override { return kv_.allocate(); }

@@ -13,6 +13,7 @@
 
 #include "chronos/error.h"
 #include "chronos/model.h"
+#include "chronos/model_runner.h"
 #include "chronos/thread_pool.h"
 
 namespace chronos {
@@ -240,6 +241,25 @@ TEST(KvStore, BadRowsAreRefusedBeforeAnythingRuns) {
   batch.add(a, 1, 6, true);
   model->forward(batch, store, *scratch, pool, logits.data());
   EXPECT_EQ(store.length(a), 2);
+}
+
+// A one-slot runner serves either a batch user (add_sequence takes the slot; a second is refused)
+// or the one-sequence call, which takes sequence 0's slot when it is free.
+TEST(Runner, OneSlotRunnerServesABatchSequenceOrTheOneSequenceCall) {
+  const auto model = Model::load(kModels / "qwen3_moe-f32");
+  ThreadPool pool(1);
+  auto runner = make_cpu_runner(*model, pool, 16, 4);
+  std::vector<float> logits(size_t(model->config().n_vocab));
+  const int32_t seq = runner->add_sequence();
+  EXPECT_EQ(seq, 0);
+  EXPECT_THROW(runner->add_sequence(), Error);
+  Batch batch;
+  batch.add(seq, 0, 5, true);
+  runner->forward(batch, logits.data());
+  runner->remove_sequence(seq);
+  const std::vector<int32_t> prompt = {5, 6, 7};
+  runner->forward(prompt, 0, logits.data(), false);  // takes slot 0 again
+  EXPECT_THROW(runner->add_sequence(), Error) << "the one slot is sequence 0's";
 }
 
 }  // namespace

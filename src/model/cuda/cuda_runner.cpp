@@ -470,7 +470,6 @@ class CudaRunner final : public ModelRunner {
         hooks_(std::move(hooks)),
         ops_(model, backend, n_ctx, batch, n_seq),
         state_(model.config(), batch, n_ctx) {
-    if (n_seq == 1) ops_.kv().allocate();  // sequence 0, for the one-sequence forward
     if (hooks_.experts != nullptr) hooks_.experts->set_compute_stream(ops_.compute_stream());
     const RunnerMemory& m = ops_.memory();
     const CudaDeviceInfo info = backend_.info();
@@ -491,6 +490,7 @@ class CudaRunner final : public ModelRunner {
 
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     backend_.make_current();
+    if (!ops_.kv().in_use(0)) ops_.kv().allocate();  // sequence 0, taken by the first one-sequence call
     model_.forward(tokens, pos, ops_.kv(), ops_, state_, logits, all_logits, hooks_);
   }
   int32_t add_sequence() override { return ops_.kv().allocate(); }
