@@ -259,7 +259,7 @@ class Model {
   // Runs tokens at positions pos .. pos + n - 1, appending their keys/values to kv, and writes
   // logits: [n, n_vocab] when all_logits, else [1, n_vocab] for the last token. Prompts longer
   // than the scratch batch are processed in chunks. A pack's model needs hooks.experts.
-  // Sequence 0 of kv (a KvCache's one sequence).
+  // Sequence 0 of kv (a KvCache's one sequence), allocated by the first call when it is free.
   void forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, Scratch& scratch, ThreadPool& pool,
                float* logits, bool all_logits, const ForwardHooks& hooks = {}) const;
   // Runs the rows of many sequences as one step: their keys/values go to their slots of `kv`, the

@@ -142,7 +142,9 @@ void Model::forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, D
   CHRONOS_CHECK(n > 0);
   if (pos + n > kv.n_ctx() || pos + n > st.n_ctx)
     throw_error("context is full: {} tokens do not fit in a context of {}", pos + n, std::min(kv.n_ctx(), st.n_ctx));
-  // One sequence (slot 0) as batches of at most the state's rows, built in its one_sequence batch.
+  // One sequence (slot 0, taken on the first call when it is free) as batches of at most the
+  // state's rows, built in its one_sequence batch.
+  if (!kv.in_use(0)) kv.allocate();
   for (int64_t begin = 0; begin < n; begin += st.max_batch) {
     const int64_t count = std::min(st.max_batch, n - begin);
     const bool last = begin + count == n;

@@ -23,7 +23,6 @@ class CpuRunner final : public ModelRunner {
   }
   std::string device() const override { return "cpu"; }
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
-    if (!kv_.in_use(0)) kv_.allocate();  // sequence 0, taken by the first one-sequence call
     model_.forward(tokens, pos, kv_, *scratch_, pool_, logits, all_logits, hooks_);
   }
   int32_t add_sequence() override { return kv_.allocate(); }

@@ -490,7 +490,6 @@ class CudaRunner final : public ModelRunner {
 
   void forward(std::span<const int32_t> tokens, int64_t pos, float* logits, bool all_logits) override {
     backend_.make_current();
-    if (!ops_.kv().in_use(0)) ops_.kv().allocate();  // sequence 0, taken by the first one-sequence call
     model_.forward(tokens, pos, ops_.kv(), ops_, state_, logits, all_logits, hooks_);
   }
   int32_t add_sequence() override { return ops_.kv().allocate(); }
