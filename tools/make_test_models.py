@@ -24,7 +24,8 @@ import tokenizers
 import transformers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,
-                          OlmoeConfig, OlmoeForCausalLM, PreTrainedTokenizerFast, Qwen2MoeConfig,
+                          Glm4MoeConfig, Glm4MoeForCausalLM, OlmoeConfig, OlmoeForCausalLM,
+                          PreTrainedTokenizerFast, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -103,8 +104,11 @@ VARIANTS = [
     ("qwen3_moe-bf16", "qwen3_moe", torch.bfloat16, {}),
     ("olmoe-f32", "olmoe", torch.float32, {}),
     ("olmoe-bf16", "olmoe", torch.bfloat16, {}),
+    ("glm4_moe-f32", "glm4_moe", torch.float32, {}),
+    ("glm4_moe-bf16", "glm4_moe", torch.bfloat16, {}),
+    ("glm4_moe-plain-f32", "glm4_moe", torch.float32, {"plain": True}),
 ]
-ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44}
+ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55}
 
 
 def train_tokenizer():
@@ -126,7 +130,7 @@ def train_tokenizer():
                                    chat_template=CHATML_TEMPLATE, model_max_length=256)
 
 
-def build_config(arch, vocab_size, eos_id, tie):
+def build_config(arch, vocab_size, eos_id, tie, plain=False):
     common = dict(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                   num_key_value_heads=2, num_experts_per_tok=2, max_position_embeddings=256,
                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
@@ -148,6 +152,20 @@ def build_config(arch, vocab_size, eos_id, tie):
     if arch == "olmoe":
         return OlmoeConfig(**common, intermediate_size=32, num_experts=8, norm_topk_prob=False,
                            clip_qkv=None), OlmoeForCausalLM
+    if arch == "glm4_moe":
+        # Everything distinctive on: 4 groups of 4 experts, the best 2 groups, 3 experts per token,
+        # a nonzero correction bias (reinitialize), renormalized and scaled by 2.5, per-head q/k norm,
+        # q/k/v biases, half-rotary heads of 32, layer 0 dense, one shared expert. "plain": one group,
+        # no renormalization, scale 1, no norm or bias, no dense layer, two shared experts.
+        glm = dict(common, num_experts_per_tok=3, head_dim=32, partial_rotary_factor=0.5,
+                   intermediate_size=48, moe_intermediate_size=32, n_routed_experts=16)
+        if plain:
+            glm.update(n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0,
+                       use_qk_norm=False, attention_bias=False, first_k_dense_replace=0, n_shared_experts=2)
+        else:
+            glm.update(n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5,
+                       use_qk_norm=True, attention_bias=True, first_k_dense_replace=1, n_shared_experts=1)
+        return Glm4MoeConfig(**glm), Glm4MoeForCausalLM
     raise ValueError(arch)
 
 
@@ -171,6 +189,9 @@ def reinitialize(model, seed):
         else:
             value = 0.25 * noise
         param.copy_(value.to(param.dtype))
+    for name, buf in model.named_buffers():
+        if name.endswith("e_score_correction_bias"):  # sigmoid routers: a bias that changes choices
+            buf.copy_((0.3 * torch.randn(buf.shape, generator=gen)).to(buf.dtype))
 
 
 def fixed_prompts(vocab_size, n_special):
@@ -252,7 +273,8 @@ def make_variant(out_dir, name, arch, dtype, options, tokenizer):
     if folder.exists():
         shutil.rmtree(folder)
     eos_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config, model_class = build_config(arch, len(tokenizer), eos_id, options.get("tie", False))
+    config, model_class = build_config(arch, len(tokenizer), eos_id, options.get("tie", False),
+                                       options.get("plain", False))
     config._attn_implementation = "eager"
     torch.manual_seed(ARCH_SEEDS[arch])
     model = model_class(config).eval()
@@ -337,19 +359,22 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--verify-only", action="store_true")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="make (or verify) only these folders")
     args = parser.parse_args()
     torch.set_num_threads(1)  # one thread: bitwise-reproducible CPU reductions
     torch.use_deterministic_algorithms(True)
     transformers.logging.set_verbosity_error()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    names = [v[0] for v in VARIANTS]
+    variants = [v for v in VARIANTS if not args.only or v[0] in args.only]
+    names = [v[0] for v in variants]
     if not args.verify_only:
         args.out.mkdir(parents=True, exist_ok=True)
         tokenizer = train_tokenizer()
-        for name, arch, dtype, options in VARIANTS:
+        for name, arch, dtype, options in variants:
             make_variant(args.out, name, arch, dtype, options, tokenizer)
-        make_io_fixture(args.out.parent / "io" / "hf_written.safetensors")
+        if not args.only:
+            make_io_fixture(args.out.parent / "io" / "hf_written.safetensors")
     for name in names:
         worst = verify(args.out / name)
         print(f"verified {name}: reload max |diff| = {worst:.2e}")

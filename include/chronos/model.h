@@ -39,6 +39,7 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without biases
   std::vector<float> q_norm, k_norm;  // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
   WeightView router;                  // [n_expert, n_embd]
+  std::vector<float> router_bias;     // [n_expert] a sigmoid router's selection bias; empty otherwise
   std::vector<FfnWeights> experts;    // [n_expert]
   FfnWeights shared;                  // shared expert (Qwen2-MoE), absent otherwise
   WeightView shared_gate;             // [1, n_embd]

@@ -12,7 +12,7 @@ namespace chronos {
 
 class GgufFile;
 
-enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe };
+enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe, kGlm4Moe };
 
 enum class QkNorm {
   kNone,
@@ -37,6 +37,10 @@ enum class FfnKind {
 // How a MoE layer's router turns its logits into each token's experts and their weights.
 enum class RouterKind {
   kSoftmaxTopK,  // softmax over every expert, the k most probable, renormalized when norm_topk_prob
+  // DeepSeek-V3, GLM-4.5, MiniMax-M2: sigmoid scores; the k chosen on score + the layer's correction
+  // bias within the topk_group best of n_group groups (a group's score: the sum of its best two),
+  // weighted by the unbiased scores, renormalized when norm_topk_prob, times routed_scaling.
+  kSigmoidBias,
 };
 struct LayerKind {
   AttentionKind attention = AttentionKind::kGqa;
@@ -67,6 +71,9 @@ struct ModelConfig {
   int64_t n_ff_dense = 0;            // FFN size of dense (non-MoE) layers
   bool norm_topk_prob = false;       // renormalize the top-k routing weights
   bool shared_expert_gated = false;  // Qwen2-MoE: sigmoid(shared_expert_gate(x)) scales it
+  float routed_scaling = 1.0f;       // routed_scaling_factor: the routing weights' final factor
+  int64_t n_group = 1;               // n_group: expert groups of a group-limited router
+  int64_t topk_group = 1;            // topk_group: groups a token's experts may come from
   std::vector<LayerKind> layers;     // [n_layer]
 
   float rms_norm_eps = 1e-6f;

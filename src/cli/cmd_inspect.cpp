@@ -151,6 +151,18 @@ int run_inspect(const InspectArgs& args) {
   std::vector<std::pair<std::string, int64_t>> file_types;  // GGUF input only
   if (is_gguf_path(dir)) file_types = gguf_type_counts(dir);
   const int64_t total_params = s.dense_params + s.expert_params;
+  // The distinct attention and router kinds of the layers, in layer order.
+  struct {
+    std::vector<std::string> attention, router;
+  } kinds;
+  const auto add_once = [](std::vector<std::string>& names, const char* name) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
+  };
+  for (const LayerKind& kind : c.layers) {
+    add_once(kinds.attention, name_of(kind.attention));
+    if (kind.ffn == FfnKind::kMoe) add_once(kinds.router, name_of(kind.router));
+  }
+  const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 1);
   const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
   if (args.json) {
     nlohmann::json j = {
@@ -170,6 +182,13 @@ int run_inspect(const InspectArgs& args) {
         {"shared_expert_ffn", c.n_ff_shared},
         {"dense_ffn", c.n_ff_dense},
         {"max_position_embeddings", c.n_ctx_train},
+        {"attention_kinds", kinds.attention},
+        {"router_kinds", kinds.router},
+        {"routed_scaling_factor", c.routed_scaling},
+        {"expert_groups", c.n_group},
+        {"expert_groups_per_token", c.topk_group},
+        {"rotary_dims", c.n_rot},
+        {"kv_bytes_per_token", kv_bytes_per_token},
         {"params_total", total_params},
         {"params_active_per_token", active_params},
         {"dense_params", s.dense_params},
@@ -207,8 +226,15 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("experts          {} routed per MoE layer, top-{}{}, expert FFN {}{}\n", c.n_expert, c.n_expert_used,
              c.norm_topk_prob ? " (renormalized)" : "", c.n_ff_expert,
              c.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.n_ff_shared) : "");
-  fmt::print("attention        hidden {}, {} heads, {} kv heads, head_dim {}{}\n", c.n_embd, c.n_head, c.n_head_kv,
-             c.head_dim, c.attn_qkv_bias ? ", q/k/v bias" : "");
+  fmt::print("attention        {}: hidden {}, {} heads, {} kv heads, head_dim {}{}{}\n",
+             fmt::join(kinds.attention, ", "), c.n_embd, c.n_head, c.n_head_kv, c.head_dim,
+             c.n_rot < c.head_dim ? fmt::format(" ({} rotary)", c.n_rot) : "", c.attn_qkv_bias ? ", q/k/v bias" : "");
+  if (!kinds.router.empty())
+    fmt::print("router           {}{}{}\n", fmt::join(kinds.router, ", "),
+               c.n_group > 1 ? fmt::format(", top-{} of {} groups", c.topk_group, c.n_group) : "",
+               c.routed_scaling != 1.0f ? fmt::format(", weights x{}", c.routed_scaling) : "");
+  fmt::print("KV cache         {} per token (f32 keys and values of {} layers)\n", human_bytes(kv_bytes_per_token),
+             c.n_layer);
   fmt::print("vocabulary       {}\n", c.n_vocab);
   fmt::print("context          {} (rope theta {})\n", c.n_ctx_train, c.rope_theta);
   fmt::print("parameters       {} total, {} active per token\n", human_count(total_params), human_count(active_params));

@@ -100,6 +100,9 @@ WidenResult widen_model(const fs::path& model_dir, const fs::path& out_dir, cons
   const ModelConfig& cfg = model->config();
   WidenResult result;
   result.old_expert_ffn = cfg.n_ff_expert;
+  if (arch_spec(cfg.arch).expert_ffn_key == nullptr)
+    throw UsageError(fmt::format("{}: {} experts cannot be widened alone (its shared experts' width follows theirs)",
+                                 model_dir.string(), cfg.arch_name()));
   if (options.expert_ffn <= cfg.n_ff_expert)
     throw UsageError(fmt::format("--expert-ffn {} must be larger than the expert FFN size {} of {}", options.expert_ffn,
                                  cfg.n_ff_expert, model_dir.string()));

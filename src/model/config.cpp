@@ -196,6 +196,7 @@ const char* name_of(FfnKind kind) {
 const char* name_of(RouterKind kind) {
   switch (kind) {
     case RouterKind::kSoftmaxTopK: return "softmax top-k";
+    case RouterKind::kSigmoidBias: return "sigmoid + bias top-k";
   }
   return "?";
 }
@@ -227,9 +228,12 @@ ModelConfig parse_config(const json& j) {
     if (j.contains("hidden_act") && j["hidden_act"] != "silu")
       throw_error("hidden_act '{}' is not supported (only silu)", j["hidden_act"].dump());
     validate_sizes(cfg);
-    const double partial = json_number_or(j, "partial_rotary_factor", 1.0);
+    // transformers 5 writes partial_rotary_factor inside rope_parameters, 4 at the top level.
+    double partial = json_number_or(j, "partial_rotary_factor", 1.0);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+      partial = json_number_or(j["rope_parameters"], "partial_rotary_factor", partial);
     if (!(partial > 0.0 && partial <= 1.0))
-      throw_error("key 'partial_rotary_factor' must be in (0, 1] (got {})", j["partial_rotary_factor"].dump());
+      throw_error("key 'partial_rotary_factor' must be in (0, 1] (got {})", partial);
     cfg.n_rot = int64_t(double(cfg.head_dim) * partial);
     if (json_number_or(j, "router_jitter_noise", 0.0) != 0.0)
       spdlog::debug("config.json: router_jitter_noise is a training option; ignored");

@@ -121,8 +121,8 @@ void CpuOps::attend(float* out, const float* q, const float* k, const float* v, 
   });
 }
 
-RoutedRows CpuOps::route(RouterKind kind, int64_t n, bool) {
-  route_rows(kind, c_, s_.act.router, s_.top_ids.data(), s_.top_w.data(), n);
+RoutedRows CpuOps::route(RouterKind kind, const float* bias, int64_t n, bool) {
+  route_rows(kind, c_, bias, s_.act.router, s_.top_ids.data(), s_.top_w.data(), n);
   return {s_.top_ids.data(), s_.top_w.data(), s_.act.router};
 }
 

@@ -30,6 +30,7 @@ struct LayerViews {
   const float* q_norm = nullptr;  // [head_dim] (per head) or [q_dim] / [kv_dim] (full width)
   const float* k_norm = nullptr;
   WeightView router;                    // [n_expert, n_embd]
+  const float* router_bias = nullptr;   // [n_expert] a sigmoid router's selection bias, or null
   std::span<const FfnWeights> experts;  // routed experts bound at load; empty when streamed
   FfnWeights shared;                    // absent without a shared expert
   WeightView shared_gate;               // [1, n_embd]
@@ -115,7 +116,7 @@ class DeviceOps {
   // position (the last `window` of them when window > 0).
   virtual void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) = 0;
   // The router of `kind` (model/router.h) over the logits in activations().router, n rows.
-  virtual RoutedRows route(RouterKind kind, int64_t n, bool want_scores) = 0;
+  virtual RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) = 0;
   // dst[r, :] = src[rows[r], :] (rows: host memory).
   virtual void gather_rows(float* dst, const float* src, std::span<const int32_t> rows, int64_t width) = 0;
   // One wave of routed experts (MoePlan::waves): for every expert ids[i] with views[i] set, its

@@ -43,8 +43,8 @@ ModelViews host_views(const ModelWeights& w) {
   views.layers.reserve(w.layers.size());
   for (const LayerWeights& l : w.layers) {
     views.layers.push_back(LayerViews{data(l.attn_norm), data(l.ffn_norm), l.wq, l.wk, l.wv, l.wo, data(l.bq),
-                                      data(l.bk), data(l.bv), data(l.q_norm), data(l.k_norm), l.router, l.experts,
-                                      l.shared, l.shared_gate, l.dense});
+                                      data(l.bk), data(l.bv), data(l.q_norm), data(l.k_norm), l.router,
+                                      data(l.router_bias), l.experts, l.shared, l.shared_gate, l.dense});
   }
   return views;
 }

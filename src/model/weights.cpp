@@ -40,6 +40,7 @@ std::vector<float>& vector_slot(LayerWeights& l, TensorRole role) {
     case TensorRole::kAttnVBias: return l.bv;
     case TensorRole::kAttnQNorm: return l.q_norm;
     case TensorRole::kAttnKNorm: return l.k_norm;
+    case TensorRole::kRouterBias: return l.router_bias;
     default: break;
   }
   CHRONOS_CHECK_MSG(false, "role {} is not a vector", int(role));
@@ -78,6 +79,7 @@ bool is_vector_role(TensorRole role) {
     case TensorRole::kAttnVBias:
     case TensorRole::kAttnQNorm:
     case TensorRole::kAttnKNorm:
+    case TensorRole::kRouterBias:
     case TensorRole::kOutputNorm: return true;
     default: return false;
   }

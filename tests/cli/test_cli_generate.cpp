@@ -130,6 +130,26 @@ TEST_F(Cli, InspectReportsTheCounts) {
   EXPECT_NE(text.out.find("Qwen2-MoE"), std::string::npos);
 }
 
+TEST_F(Cli, InspectNamesTheAttentionAndRouterKindsAndTheKvBytesPerToken) {
+  const fs::path glm = kModel.parent_path() / "glm4_moe-f32";
+  const RunResult r = run_chronos({"inspect", glm.string(), "--json"}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "GLM-4 MoE");
+  EXPECT_EQ(j["attention_kinds"], nlohmann::json::array({"grouped-query attention"}));
+  EXPECT_EQ(j["router_kinds"], nlohmann::json::array({"sigmoid + bias top-k"}));
+  EXPECT_EQ(j["expert_groups"], 4);
+  EXPECT_EQ(j["expert_groups_per_token"], 2);
+  EXPECT_FLOAT_EQ(j["routed_scaling_factor"].get<float>(), 2.5f);
+  EXPECT_EQ(j["rotary_dims"], 16);                         // head_dim 32, partial_rotary_factor 0.5
+  EXPECT_EQ(j["moe_layers"], 2);                           // first_k_dense_replace 1 of 3 layers
+  EXPECT_EQ(j["shared_expert_ffn"], 32);                   // one shared expert of moe_intermediate_size
+  EXPECT_EQ(j["kv_bytes_per_token"], 3 * 2 * 2 * 32 * 4);  // layers x (K, V) x kv heads x head_dim x f32
+  const RunResult text = run_chronos({"inspect", glm.string()}, work_);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("sigmoid + bias top-k, top-2 of 4 groups, weights x2.5"), std::string::npos) << text.out;
+}
+
 TEST_F(Cli, HelpAndVersionExitZero) {
   EXPECT_EQ(run_chronos({"--help"}, work_).exit_code, 0);
   const RunResult sub = run_chronos({"generate", "--help"}, work_);

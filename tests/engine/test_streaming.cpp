@@ -217,7 +217,8 @@ TEST_P(Streaming, FallbackNeverWaitsAndCountsWhatItSkipped) {
   EXPECT_EQ(stats.fallbacks, stats.lookups - stats.hits);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Streaming, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, Streaming,
+                         ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32"));
 
 class StreamingErrors : public Streaming {};
 
@@ -499,7 +500,8 @@ TEST_P(LowbitMisses, Q8CopiesAreFarCloserToExactThanTheFallback) {
   EXPECT_GE(lowbit.top1_agreement(), 0.9);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, LowbitMisses, ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, LowbitMisses,
+                         ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32"));
 
 TEST_F(StreamingErrors, LowbitWithoutCopiesOrBudgetIsRefused) {
   const fs::path dir = fixture("mixtral-f32");

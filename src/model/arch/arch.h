@@ -32,6 +32,7 @@ enum class TensorRole {
   kAttnKNorm,
   kFfnNorm,
   kRouter,
+  kRouterBias,  // the selection bias of a sigmoid router (e_score_correction_bias)
   kExpertGate,
   kExpertUp,
   kExpertDown,
@@ -95,13 +96,16 @@ struct ArchSpec {
   // json); throws Error naming the file for what the architecture cannot be.
   void (*gguf_config)(const GgufFacts& facts, nlohmann::json& json);
   GgufNames gguf_names;
-  const char* expert_ffn_key;  // config.json key of the routed experts' FFN size (chronos widen writes it)
+  // config.json key of the routed experts' FFN size (chronos widen writes it); null where the key
+  // sizes other tensors too and widening is refused.
+  const char* expert_ffn_key;
 };
 
 const ArchSpec& arch_mixtral();
 const ArchSpec& arch_qwen2_moe();
 const ArchSpec& arch_qwen3_moe();
 const ArchSpec& arch_olmoe();
+const ArchSpec& arch_glm4_moe();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();

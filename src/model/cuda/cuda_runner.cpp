@@ -31,6 +31,7 @@
 #include "chronos/ops.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "model/device_ops.h"
+#include "model/router.h"
 
 namespace chronos {
 namespace {
@@ -135,11 +136,14 @@ class CudaOps final : public DeviceOps {
     }
   }
 
-  RoutedRows route(RouterKind kind, int64_t n, bool want_scores) override {
+  RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) override {
     const int64_t n_exp = cfg_.n_expert, k = cfg_.n_expert_used, rows = n * k;
     switch (kind) {  // one kernel per router kind (model/router.h's contract)
       case RouterKind::kSoftmaxTopK:
         cuda::router_topk(top_ids_, top_w_, act_.router, act_.router, n, n_exp, k, cfg_.norm_topk_prob, stream_);
+        break;
+      case RouterKind::kSigmoidBias:
+        cuda::router_sigmoid(top_ids_, top_w_, act_.router, bias, n, sigmoid_router(cfg_), stream_);
         break;
     }
     to_host(host_top_ids_, top_ids_, rows * int64_t(sizeof(int32_t)));
@@ -285,6 +289,7 @@ class CudaOps final : public DeviceOps {
       d.k_norm = upload_floats(h.k_norm, dense);
       if (cfg_.is_moe_layer(int64_t(il))) {
         d.router = upload_weight(h.router, dense);
+        d.router_bias = upload_floats(h.router_bias, dense);
         if (h.shared.present()) d.shared = upload_ffn(h.shared, dense);
         d.shared_gate = upload_weight(h.shared_gate, dense);
         if (!model_.experts_streamed())
