@@ -24,7 +24,8 @@ import tokenizers
 import transformers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,
-                          Glm4MoeConfig, Glm4MoeForCausalLM, OlmoeConfig, OlmoeForCausalLM,
+                          Glm4MoeConfig, Glm4MoeForCausalLM, MiniMaxM2Config, MiniMaxM2ForCausalLM,
+                          OlmoeConfig, OlmoeForCausalLM,
                           PreTrainedTokenizerFast, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
@@ -107,8 +108,10 @@ VARIANTS = [
     ("glm4_moe-f32", "glm4_moe", torch.float32, {}),
     ("glm4_moe-bf16", "glm4_moe", torch.bfloat16, {}),
     ("glm4_moe-plain-f32", "glm4_moe", torch.float32, {"plain": True}),
+    ("minimax_m2-f32", "minimax_m2", torch.float32, {}),
+    ("minimax_m2-bf16", "minimax_m2", torch.bfloat16, {}),
 ]
-ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55}
+ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66}
 
 
 def train_tokenizer():
@@ -166,6 +169,12 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
             glm.update(n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5,
                        use_qk_norm=True, attention_bias=True, first_k_dense_replace=1, n_shared_experts=1)
         return Glm4MoeConfig(**glm), Glm4MoeForCausalLM
+    if arch == "minimax_m2":
+        # 16 experts, 3 per token, the sigmoid router's correction bias nonzero (reinitialize),
+        # full-width q/k norm, a quarter of each 32-wide head rotary (the checkpoints' rotary_dim 8).
+        mm = dict(common, num_experts_per_tok=3, head_dim=32, intermediate_size=32, num_local_experts=16)
+        mm["rope_parameters"] = dict(common["rope_parameters"], partial_rotary_factor=0.25)
+        return MiniMaxM2Config(**mm), MiniMaxM2ForCausalLM
     raise ValueError(arch)
 
 

@@ -12,7 +12,7 @@ namespace chronos {
 
 class GgufFile;
 
-enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe, kGlm4Moe };
+enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe, kGlm4Moe, kMinimaxM2 };
 
 enum class QkNorm {
   kNone,

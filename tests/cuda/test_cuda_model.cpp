@@ -143,7 +143,7 @@ TEST(CudaTraces, SameNamedTensorsAsTheCpuForward) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity,
                          ::testing::Values("mixtral-f32", "mixtral-bf16", "mixtral-tied-f32", "qwen2_moe-f32",
                                            "qwen2_moe-bf16", "qwen3_moe-f32", "qwen3_moe-bf16", "olmoe-f32",
-                                           "olmoe-bf16", "glm4_moe-f32", "glm4_moe-plain-f32"));
+                                           "olmoe-bf16", "glm4_moe-f32", "glm4_moe-plain-f32", "minimax_m2-f32"));
 
 class CudaStreaming : public ::testing::Test {
  protected:

@@ -152,6 +152,83 @@ TEST_F(ConfigTest, RefusalsNameTheProblem) {
   EXPECT_NE(error_of(j).find("config.json"), std::string::npos);
 }
 
+json glm4_moe() {
+  return {{"model_type", "glm4_moe"},
+          {"hidden_size", 64},
+          {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 32},
+          {"vocab_size", 100},
+          {"n_routed_experts", 16},
+          {"num_experts_per_tok", 4},
+          {"n_group", 4},
+          {"topk_group", 2},
+          {"n_shared_experts", 2},
+          {"moe_intermediate_size", 32},
+          {"intermediate_size", 96},
+          {"first_k_dense_replace", 1},
+          {"routed_scaling_factor", 2.5},
+          {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}}}};
+}
+
+TEST_F(ConfigTest, Glm4MoeRouterDenseLeadingLayersAndPartialRotary) {
+  const ModelConfig c = load(glm4_moe());
+  EXPECT_FALSE(c.is_moe_layer(0));
+  for (int64_t i = 1; i < 4; ++i) {
+    EXPECT_TRUE(c.is_moe_layer(i));
+    EXPECT_EQ(c.layers[size_t(i)].router, RouterKind::kSigmoidBias);
+  }
+  EXPECT_EQ(c.n_ff_shared, 64);  // two shared experts of 32, one FFN
+  EXPECT_FALSE(c.shared_expert_gated);
+  EXPECT_TRUE(c.norm_topk_prob);  // the default
+  EXPECT_FLOAT_EQ(c.routed_scaling, 2.5f);
+  EXPECT_EQ(c.n_group, 4);
+  EXPECT_EQ(c.topk_group, 2);
+  EXPECT_EQ(c.n_rot, 16);  // partial_rotary_factor inside rope_parameters (transformers 5)
+  EXPECT_EQ(c.qk_norm, QkNorm::kNone);
+}
+
+TEST_F(ConfigTest, MinimaxM2LegacyRotaryDim) {
+  json j = {{"model_type", "minimax_m2"},
+            {"hidden_size", 64},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4},
+            {"head_dim", 32},
+            {"vocab_size", 100},
+            {"num_local_experts", 8},
+            {"num_experts_per_tok", 2},
+            {"intermediate_size", 32},
+            {"rotary_dim", 16}};
+  const ModelConfig c = load(j);
+  EXPECT_EQ(c.n_rot, 16);
+  EXPECT_EQ(c.qk_norm, QkNorm::kFullWidth);
+  EXPECT_EQ(c.layers[1].router, RouterKind::kSigmoidBias);
+  EXPECT_EQ(c.n_group, 1);
+  j["rotary_dim"] = 48;
+  EXPECT_NE(error_of(j).find("key 'rotary_dim'"), std::string::npos) << error_of(j);
+}
+
+TEST_F(ConfigTest, Glm4MoeGroupsThatDoNotAgreeNameTheKey) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"n_group", 3}}, "key 'n_group': 3 groups do not divide n_routed_experts = 16"},
+      {{{"n_group", 16}, {"topk_group", 1}}, "fewer than 2 experts per group"},
+      {{{"topk_group", 5}}, "key 'topk_group' must be in [1, n_group = 4] (got 5)"},
+      {{{"topk_group", 1}, {"num_experts_per_tok", 5}}, "key 'topk_group': 1 groups of 4 experts cannot hold"},
+      {{{"n_group", 128}}, "key 'n_group' must be in [1, 64]"},
+      {{{"routed_scaling_factor", 0.0}}, "key 'routed_scaling_factor'"},
+      {{{"first_k_dense_replace", 9}}, "key 'first_k_dense_replace'"},
+      {{{"n_shared_experts", -1}}, "key 'n_shared_experts'"},
+  };
+  for (const auto& [patch, want] : cases) {
+    json j = glm4_moe();
+    j.update(patch);
+    const std::string message = error_of(j);
+    EXPECT_NE(message.find(want), std::string::npos) << patch.dump() << " -> " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
 TEST_F(ConfigTest, MissingFolderAndFile) {
   EXPECT_THROW(ModelConfig::load(dir_ / "absent"), Error);
   EXPECT_THROW(ModelConfig::load(dir_), Error);  // no config.json

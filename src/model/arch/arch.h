@@ -106,6 +106,7 @@ const ArchSpec& arch_qwen2_moe();
 const ArchSpec& arch_qwen3_moe();
 const ArchSpec& arch_olmoe();
 const ArchSpec& arch_glm4_moe();
+const ArchSpec& arch_minimax_m2();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();

@@ -9,8 +9,8 @@
 namespace chronos {
 
 std::span<const ArchSpec* const> all_archs() {
-  static const std::array<const ArchSpec*, 5> archs = {&arch_mixtral(), &arch_qwen2_moe(), &arch_qwen3_moe(),
-                                                       &arch_olmoe(), &arch_glm4_moe()};
+  static const std::array<const ArchSpec*, 6> archs = {&arch_mixtral(), &arch_qwen2_moe(), &arch_qwen3_moe(),
+                                                       &arch_olmoe(),   &arch_glm4_moe(),  &arch_minimax_m2()};
   return archs;
 }
 
