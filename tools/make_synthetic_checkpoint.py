@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a Mixtral-shaped random BF16 checkpoint for benchmarks, with numpy only.
+"""Writes a Mixtral- or GLM-4-MoE-shaped random BF16 checkpoint for benchmarks, with numpy only.
 
 The folder looks like a Hugging Face Mixtral checkpoint: config.json, generation_config.json,
 sharded model-XXXXX-of-YYYYY.safetensors + model.safetensors.index.json, tokenizer.json and
@@ -12,6 +12,11 @@ vocab 32000, 16 heads, 4 kv heads.
 
   python3 tools/make_synthetic_checkpoint.py --out /tmp/synthetic-3g
   python3 tools/make_synthetic_checkpoint.py --out /tmp/s --layers 4 --dry-run
+  python3 tools/make_synthetic_checkpoint.py --out /tmp/glm --arch glm4_moe --experts 32 --top-k 4
+
+--arch glm4_moe writes GLM-4.5's pieces on the same sizes: the sigmoid router with its correction
+bias, --groups groups of which --topk-group are kept, routed scaling 2.5, --shared shared experts,
+the first --dense-layers layers dense (FFN --dense-ffn), q/k/v biases, half-rotary heads.
 """
 import argparse
 import json
@@ -32,8 +37,28 @@ def tensor_plan(a):
     H, I, V, E = a.hidden, a.ffn, a.vocab, a.experts
     hd = H // a.heads
     plan = [("model.embed_tokens.weight", (V, H), 1.0, "embed")]
+    glm = a.arch == "glm4_moe"
     for i in range(a.layers):
         p = f"model.layers.{i}."
+        if glm:
+            plan += [(p + "self_attn.q_proj.bias", (a.heads * hd,), 0.02, "dense"),
+                     (p + "self_attn.k_proj.bias", (a.kv_heads * hd,), 0.02, "dense"),
+                     (p + "self_attn.v_proj.bias", (a.kv_heads * hd,), 0.02, "dense")]
+        if glm and i < a.dense_layers:
+            plan += [
+                (p + "input_layernorm.weight", (H,), 0.0, "dense"),
+                (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
+                (p + "self_attn.q_proj.weight", (a.heads * hd, H), H ** -0.5, "dense"),
+                (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
+                (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
+                (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
+                (p + "mlp.gate_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
+                (p + "mlp.up_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
+                (p + "mlp.down_proj.weight", (H, a.dense_ffn), a.dense_ffn ** -0.5, "dense"),
+            ]
+            continue
+        moe = "mlp" if glm else "block_sparse_moe"
+        names = ("gate_proj", "up_proj", "down_proj") if glm else ("w1", "w3", "w2")
         plan += [
             (p + "input_layernorm.weight", (H,), 0.0, "dense"),
             (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
@@ -41,13 +66,19 @@ def tensor_plan(a):
             (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
             (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
             (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
-            (p + "block_sparse_moe.gate.weight", (E, H), 2.0 * H ** -0.5, "dense"),
+            (p + moe + ".gate.weight", (E, H), 2.0 * H ** -0.5, "dense"),
         ]
+        if glm:
+            S = I * a.shared
+            plan += [(p + "mlp.gate.e_score_correction_bias", (E,), 0.05, "dense"),
+                     (p + "mlp.shared_experts.gate_proj.weight", (S, H), H ** -0.5, "dense"),
+                     (p + "mlp.shared_experts.up_proj.weight", (S, H), H ** -0.5, "dense"),
+                     (p + "mlp.shared_experts.down_proj.weight", (H, S), S ** -0.5, "dense")]
         for j in range(E):
-            q = f"{p}block_sparse_moe.experts.{j}."
-            plan += [(q + "w1.weight", (I, H), H ** -0.5, "expert"),
-                     (q + "w3.weight", (I, H), H ** -0.5, "expert"),
-                     (q + "w2.weight", (H, I), I ** -0.5, "expert")]
+            q = f"{p}{moe}.experts.{j}."
+            plan += [(q + names[0] + ".weight", (I, H), H ** -0.5, "expert"),
+                     (q + names[1] + ".weight", (I, H), H ** -0.5, "expert"),
+                     (q + names[2] + ".weight", (H, I), I ** -0.5, "expert")]
     plan.append(("model.norm.weight", (H,), 0.0, "dense"))
     plan.append(("lm_head.weight", (V, H), 3.0 * H ** -0.5, "head"))
     return plan
@@ -151,10 +182,19 @@ def main():
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER,
                         help="folder with tokenizer.json + tokenizer_config.json (byte-level BPE)")
     parser.add_argument("--dry-run", action="store_true", help="print sizes, write nothing")
+    parser.add_argument("--arch", choices=["mixtral", "glm4_moe"], default="mixtral")
+    parser.add_argument("--groups", type=int, default=4, help="glm4_moe: expert groups (n_group)")
+    parser.add_argument("--topk-group", type=int, default=2, help="glm4_moe: groups kept per token")
+    parser.add_argument("--shared", type=int, default=1, help="glm4_moe: shared experts")
+    parser.add_argument("--dense-layers", type=int, default=1, help="glm4_moe: leading dense layers")
+    parser.add_argument("--dense-ffn", type=int, default=0, help="glm4_moe: dense FFN size (default 4 x --ffn)")
     a = parser.parse_args()
     if a.hidden % a.heads or a.heads % a.kv_heads:
         parser.error("hidden must divide by heads, heads by kv-heads")
 
+    a.dense_ffn = a.dense_ffn or 4 * a.ffn
+    if a.arch != "glm4_moe":
+        a.dense_layers = 0
     plan = tensor_plan(a)
     kind_bytes = {}
     for _, shape, _, kind in plan:
@@ -163,12 +203,12 @@ def main():
     expert_bytes = 3 * a.hidden * a.ffn * BF16_BYTES
     # Bytes read per decoded token: all dense weights, K of E experts in every layer, the
     # lm_head, and one embedding row.
-    per_token = kind_bytes["dense"] + a.layers * a.top_k * expert_bytes + kind_bytes["head"] + a.hidden * BF16_BYTES
+    per_token = kind_bytes["dense"] + (a.layers - a.dense_layers) * a.top_k * expert_bytes + kind_bytes["head"] + a.hidden * BF16_BYTES
     print(f"total {total / 1e9:.3f} GB: dense {kind_bytes['dense'] / 1e6:.1f} MB, "
-          f"experts {kind_bytes['expert'] / 1e9:.3f} GB ({a.layers} x {a.experts} x {expert_bytes / 1e6:.1f} MB), "
+          f"experts {kind_bytes['expert'] / 1e9:.3f} GB ({a.layers - a.dense_layers} x {a.experts} x {expert_bytes / 1e6:.1f} MB), "
           f"embed {kind_bytes['embed'] / 1e6:.1f} MB, lm_head {kind_bytes['head'] / 1e6:.1f} MB")
     print(f"bytes touched per decoded token: {per_token} ({per_token / 1e6:.1f} MB) = dense "
-          f"{kind_bytes['dense'] / 1e6:.1f} MB + {a.layers} layers x {a.top_k} experts x "
+          f"{kind_bytes['dense'] / 1e6:.1f} MB + {a.layers - a.dense_layers} layers x {a.top_k} experts x "
           f"{expert_bytes / 1e6:.2f} MB + lm_head {kind_bytes['head'] / 1e6:.1f} MB + one embedding row")
     print(f"  bandwidth limit: tokens/s <= memory bandwidth / {per_token / 1e9:.4f} GB "
           f"(e.g. {20e9 / per_token:.1f} tok/s at 20 GB/s)")
@@ -194,6 +234,16 @@ def main():
         "sliding_window": None, "attention_dropout": 0.0, "router_jitter_noise": 0.0,
         "output_router_logits": False, "use_cache": True,
     }
+    if a.arch == "glm4_moe":
+        for key in ("num_local_experts", "sliding_window", "router_jitter_noise"):
+            del config[key]
+        config["rope_parameters"]["partial_rotary_factor"] = 0.5
+        config.update({
+            "architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "intermediate_size": a.dense_ffn,
+            "moe_intermediate_size": a.ffn, "n_routed_experts": a.experts, "n_shared_experts": a.shared,
+            "n_group": a.groups, "topk_group": a.topk_group, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+            "first_k_dense_replace": a.dense_layers, "attention_bias": True, "use_qk_norm": False,
+        })
     (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (a.out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}, indent=2) + "\n")
 
