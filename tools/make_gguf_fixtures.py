@@ -78,11 +78,12 @@ BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q2_K": (256, 84
           "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "Q4_1": (32, 20),
           "Q5_1": (32, 24), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136), "MXFP4": (32, 17), "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2)}
 ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
-         "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE}
+         "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE,
+         "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE, "minimax_m2": gguf.MODEL_ARCH.MINIMAXM2}
 # The fixtures: (checkpoint, type). Kept to about 3 MB in all.
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
                   ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
-                  ("mixtral", "q4_k_m")]
+                  ("mixtral", "q4_k_m"), ("glm4_moe", "f32"), ("minimax_m2", "f32")]
 FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32, "mixed": 19}
 # llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16, 19: MOSTLY_IQ2_XXS, the type of most expert bytes of mixed-types.gguf)
 
@@ -160,7 +161,7 @@ class Checkpoint:
 
 
 def expert_names_of(model_type: str):
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "minimax_m2"):
         names = {"gate": "w1", "up": "w3", "down": "w2"}
         return lambda l, e, p: f"model.layers.{l}.block_sparse_moe.experts.{e}.{names[p]}.weight"
     return lambda l, e, p: f"model.layers.{l}.mlp.experts.{e}.{p}_proj.weight"
@@ -183,12 +184,14 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
     n_layer = cfg["num_hidden_layers"]
     n_head, n_head_kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
-    n_expert = cfg.get("num_local_experts") or cfg.get("num_experts")
+    n_expert = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
+    # glm4moe: llama.cpp's converter counts the NextN (multi-token prediction) blocks after the layers.
+    n_nextn = cfg.get("num_nextn_predict_layers", 0) if model_type == "glm4_moe" else 0
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     writer.add_name(f"{source.name} {file_type}")
     writer.add_context_length(cfg["max_position_embeddings"])
     writer.add_embedding_length(cfg["hidden_size"])
-    writer.add_block_count(n_layer)
+    writer.add_block_count(n_layer + n_nextn)
     writer.add_feed_forward_length(cfg["intermediate_size"])
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head_kv)
@@ -207,11 +210,28 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
     if model_type == "qwen3_moe" or cfg.get("head_dim"):  # a head size other than hidden / heads
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    rotary = cfg.get("rope_parameters", {}).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if model_type == "glm4_moe":  # Glm4MoeModel.set_gguf_parameters
+        writer.add_rope_dimension_count(int(head_dim * rotary))
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        writer.add_expert_shared_count(cfg["n_shared_experts"])
+        writer.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        writer.add_expert_weights_scale(cfg["routed_scaling_factor"])
+        writer.add_expert_weights_norm(cfg["norm_topk_prob"])
+        writer.add_nextn_predict_layers(n_nextn)
+        if cfg.get("n_group", 1) > 1:  # not in llama.cpp's GLM converter (GLM-4.5 has one group)
+            writer.add_expert_group_count(cfg["n_group"])
+            writer.add_expert_group_used_count(cfg["topk_group"])
+    if model_type == "minimax_m2":  # MiniMaxM2Model.set_gguf_parameters: rotary_dim
+        writer.add_expert_feed_forward_length(cfg["intermediate_size"])
+        writer.add_rope_dimension_count(int(head_dim * rotary))
+        writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_clamp_kqv(cfg["clip_qkv"])
     gguf_vocab.add_vocab(writer, source)
 
-    names = gguf.get_tensor_name_map(arch, n_layer)
+    names = gguf.get_tensor_name_map(arch, n_layer + n_nextn)
     stacked: dict[str, list] = {}
     for name in sorted(tensors.tensors, key=lambda n: (n.count("."), n)):
         array, type_name = tensors.tensors[name]
@@ -222,7 +242,9 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
             kind = {"w1": "gate", "w3": "up", "w2": "down"}.get(proj, proj.replace("_proj", ""))
             stacked.setdefault(f"blk.{layer}.ffn_{kind}_exps.weight", [None] * n_expert)[index] = (array, type_name)
             continue
-        gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        # The converter's rename of the sigmoid router's bias, so that the table's .bias suffix applies.
+        gguf_name = names.get_name(name.replace("e_score_correction_bias", "e_score_correction.bias"),
+                                   try_suffixes=(".weight", ".bias"))
         if gguf_name is None and ".mlp." in name and name.endswith("_proj.weight"):
             # A dense layer of Qwen's mlp_only_layers: llama.cpp's qwen2moe/qwen3moe tables have no
             # such tensors; they take the dense FFN names every other architecture uses.
@@ -237,6 +259,15 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
             array = (np.frombuffer(array.tobytes(), dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
             type_name = "F32"
         writer.add_tensor(gguf_name, array, raw_dtype=ggml_type(type_name) if type_name not in ("F32", "F16") else None)
+    for k in range(n_nextn):  # a NextN block as GLM's files carry it (a few of its tensors), never decoded
+        block = n_layer + k
+        rng = np.random.default_rng(block)
+        for suffix, shape in [("attn_norm.weight", [cfg["hidden_size"]]),
+                              ("nextn.eh_proj.weight", [cfg["hidden_size"], 2 * cfg["hidden_size"]]),
+                              ("nextn.enorm.weight", [cfg["hidden_size"]]),
+                              ("ffn_gate_inp.weight", [n_expert, cfg["hidden_size"]]),
+                              ("exp_probs_b.bias", [n_expert])]:
+            writer.add_tensor(f"blk.{block}.{suffix}", rng.standard_normal(shape).astype(np.float32))
     for gguf_name in sorted(stacked, key=lambda n: (int(n.split(".")[1]), n)):
         experts = stacked[gguf_name]
         type_name = experts[0][1]
@@ -261,10 +292,12 @@ def packed_tensors(chronos: pathlib.Path, source: pathlib.Path, work: str, model
     return tensors
 
 
-def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path) -> None:
+def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path, only=None) -> None:
     models = out.parent / "models"
     with tempfile.TemporaryDirectory() as work:
         for model_type, file_type in MODEL_FIXTURES:
+            if only and f"{model_type}-{file_type}" not in only:
+                continue
             source = models / f"{model_type}-f32"
             if file_type == "f32":
                 tensors = Checkpoint(source)
@@ -383,10 +416,15 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, default=root / "tests" / "fixtures" / "gguf")
     parser.add_argument("--chronos", type=pathlib.Path, default=root / "build" / "release" / "chronos",
                         help="the chronos binary that writes the quantized packs")
+    parser.add_argument("--only", nargs="+", metavar="NAME",
+                        help="write only these model fixtures (e.g. glm4_moe-f32), nothing else")
     parser.add_argument("--mixed-only", action="store_true",
                         help="write only mixed-types.gguf and mixed-types-f32.gguf (no chronos binary needed)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        write_model_fixtures(args.out, args.chronos, args.only)
+        return
     write_mixed_fixtures(args.out)
     if args.mixed_only:
         return

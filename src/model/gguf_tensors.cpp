@@ -24,6 +24,7 @@ struct LayerName {
 constexpr LayerName kLayerNames[] = {
     {"attn_norm.weight", "input_layernorm.weight"},
     {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},  // glm4moe's name for it
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -33,9 +34,6 @@ constexpr LayerName kLayerNames[] = {
     {"attn_v.bias", "self_attn.v_proj.bias"},
     {"attn_q_norm.weight", "self_attn.q_norm.weight"},
     {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-    {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
-    {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
-    {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
     {"ffn_gate.weight", "mlp.gate_proj.weight"},  // dense layers (Qwen's mlp_only_layers)
     {"ffn_up.weight", "mlp.up_proj.weight"},
@@ -123,6 +121,11 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
     return bytes;
   };
 
+  // NextN (multi-token prediction) blocks after the model's layers (glm4moe): not decoded, skipped.
+  const std::string nextn_key = fmt::format("{}.nextn_predict_layers", arch_spec(c.arch).gguf_arch);
+  const int64_t n_blocks = c.n_layer + file->get_int(nextn_key).value_or(0);
+  int64_t n_nextn = 0;
+
   int n_unknown = 0;
   for (const GgufTensor& t : file->tensors()) {
     if (t.name == "token_embd.weight") {
@@ -139,6 +142,10 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
     }
     int64_t il = 0;
     std::string_view rest;
+    if (split_layer_name(t.name, il, rest) && il >= c.n_layer && il < n_blocks) {
+      ++n_nextn;
+      continue;
+    }
     if (!split_layer_name(t.name, il, rest) || il >= c.n_layer) {
       if (n_unknown++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", path, t.name, c.arch_name());
       continue;
@@ -164,6 +171,17 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
         add_whole(t, prefix + router);
       else
         add_owned(t, prefix + router, t.shape, as_f32(t, t.shape), DType::kF32);
+      continue;
+    }
+    if (rest == "ffn_gate_shexp.weight" || rest == "ffn_up_shexp.weight" || rest == "ffn_down_shexp.weight") {
+      const std::string_view proj = rest.substr(0, rest.find('_', 4));  // ffn_gate, ffn_up, ffn_down
+      add_whole(t, fmt::format("{}{}.{}_proj.weight", prefix, names.shared, proj.substr(4)));
+      continue;
+    }
+    if (rest == "exp_probs_b.bias" && names.router_bias != nullptr) {  // the sigmoid router's bias, f32
+      if (t.shape.size() != 1 || t.shape[0] != c.n_expert)
+        throw_error("{}: tensor {}: shape [{}], expected [{}]", path, t.name, fmt::join(t.shape, ", "), c.n_expert);
+      add_owned(t, prefix + names.router_bias, t.shape, as_f32(t, t.shape), DType::kF32);
       continue;
     }
     if (rest == "ffn_gate_inp_shexp.weight") {  // [n_embd] or [1, n_embd] in GGUF; [1, n_embd] in HF
@@ -194,6 +212,8 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
     }
     add_whole(t, prefix + it->hf);
   }
+  if (n_nextn > 0)
+    spdlog::debug("{}: {} tensors of the NextN blocks {}..{} skipped", path, n_nextn, c.n_layer, n_blocks - 1);
   out->file = std::move(file);
   return out;
 }

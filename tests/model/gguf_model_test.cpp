@@ -55,6 +55,9 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.n_ff_dense, b.n_ff_dense);
   EXPECT_EQ(a.norm_topk_prob, b.norm_topk_prob);
   EXPECT_EQ(a.shared_expert_gated, b.shared_expert_gated);
+  EXPECT_EQ(a.routed_scaling, b.routed_scaling);
+  EXPECT_EQ(a.n_group, b.n_group);
+  EXPECT_EQ(a.topk_group, b.topk_group);
   EXPECT_TRUE(a.layers == b.layers);
   EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
   EXPECT_EQ(a.rope_theta, b.rope_theta);
@@ -80,7 +83,11 @@ TEST_P(GgufModel, F32LogitsEqualTheSafetensorsCheckpoint) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "logit " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, GgufModel, ::testing::Values("mixtral", "qwen2_moe"));
+// glm4_moe: a sigmoid router with groups, its bias as exp_probs_b.bias, shared experts as
+// ffn_*_shexp of mlp.shared_experts, post_attention_norm, a dense layer 0, and a NextN block after the
+// layers (block_count 4 of 3 layers) whose tensors are skipped. minimax_m2: the bias beside
+// Mixtral-named experts, rotary_dim as rope.dimension_count.
+INSTANTIATE_TEST_SUITE_P(Archs, GgufModel, ::testing::Values("mixtral", "qwen2_moe", "glm4_moe", "minimax_m2"));
 
 // The un-permuted Q/K rows of the llama architecture are the checkpoint's rows, byte for byte; the
 // stacked experts are views of the file, split per expert.
@@ -220,6 +227,21 @@ TEST_F(GgufModelErrors, UnsupportedArchitectureIsNamed) {
   const std::string message = load_error(path);
   EXPECT_NE(message.find("general.architecture"), std::string::npos) << message;
   EXPECT_NE(message.find("'gemma'"), std::string::npos) << message;
+}
+
+// A glm4moe file whose gating function is softmax (1) or whose NextN block count is lost: one line
+// naming the key, or the NextN block's missing tensor.
+TEST_F(GgufModelErrors, Glm4MoeGatingAndNextnBlocksAreChecked) {
+  using namespace std::string_literals;
+  const std::string key = "glm4moe.expert_gating_func"s + "\x04\x00\x00\x00"s;  // type: uint32
+  const auto softmax = patched("glm4_moe-f32", key + "\x02\x00\x00\x00"s, key + "\x01\x00\x00\x00"s);
+  std::string message = load_error(softmax);
+  EXPECT_NE(message.find("glm4moe.expert_gating_func = 1"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  const auto no_nextn = patched("glm4_moe-f32", "glm4moe.nextn_predict_layers", "glm4moe.nextn_predict_layerz");
+  message = load_error(no_nextn);  // block 3 is then a layer, and it has no attention
+  EXPECT_NE(message.find("model.layers.3."), std::string::npos) << message;
+  EXPECT_NE(message.find("is missing"), std::string::npos) << message;
 }
 
 TEST_F(GgufModelErrors, MissingKeyIsNamed) {

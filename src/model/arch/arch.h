@@ -75,10 +75,12 @@ struct GgufFacts {
 
 // The Hugging Face names a GGUF file's tensors map to where architectures differ.
 struct GgufNames {
-  const char* router;            // after "model.layers.N.", e.g. "mlp.gate.weight"
-  const char* experts;           // e.g. "mlp.experts"
-  const char *gate, *up, *down;  // the expert projections, e.g. "gate_proj"
-  bool permuted_qk = false;      // llama.cpp's converter interleaved Q/K rotary halves (llama)
+  const char* router;                        // after "model.layers.N.", e.g. "mlp.gate.weight"
+  const char* experts;                       // e.g. "mlp.experts"
+  const char *gate, *up, *down;              // the expert projections, e.g. "gate_proj"
+  bool permuted_qk = false;                  // llama.cpp's converter interleaved Q/K rotary halves (llama)
+  const char* shared = "mlp.shared_expert";  // the shared experts' module (ffn_*_shexp)
+  const char* router_bias = nullptr;         // the sigmoid router's selection bias (exp_probs_b.bias)
 };
 
 // One architecture, all of it in its arch/<name>.cpp: its config.json quirks, its tensor table, and

@@ -4,6 +4,7 @@
 // (first_k_dense_replace).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "chronos/error.h"
@@ -13,7 +14,14 @@
 namespace chronos {
 namespace {
 
+// transformers' Glm4MoeConfig rotates half of each head unless told otherwise.
+bool has_partial_rotary(const nlohmann::json& j) {
+  return j.contains("partial_rotary_factor") || (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+                                                 j["rope_parameters"].contains("partial_rotary_factor"));
+}
+
 void read_config(const nlohmann::json& j, ModelConfig& c) {
+  if (!has_partial_rotary(j)) c.n_rot = c.head_dim / 2 - (c.head_dim / 2) % 2;
   c.n_expert = json_int_or(j, "n_routed_experts", 0);
   c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
   const int64_t n_shared = json_int_or(j, "n_shared_experts", 0);
@@ -74,17 +82,52 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
-void gguf_config(const GgufFacts& f, nlohmann::json&) {
-  throw_error("{}: GLM-4 MoE GGUF files (glm4moe) are not read yet; load the Hugging Face folder", f.path);
+// llama.cpp's glm4moe files: block_count includes the NextN (multi-token prediction) blocks after
+// the model's layers, which decoding does not use; the gating function key says sigmoid.
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  const int64_t nextn = f.int_key("nextn_predict_layers").value_or(0);
+  if (nextn < 0 || nextn >= f.n_layer)
+    throw_error("{}: key {} = {} leaves no layers of {} blocks", f.path, f.key("nextn_predict_layers"), nextn,
+                f.n_layer);
+  const int64_t n_layer = f.n_layer - nextn;
+  j["num_hidden_layers"] = n_layer;
+  j["n_routed_experts"] = f.n_expert;
+  j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
+  if (f.n_ff) j["intermediate_size"] = *f.n_ff;
+  j["n_shared_experts"] = f.int_key("expert_shared_count").value_or(0);
+  const auto is_dense = [&](int64_t il) {
+    return std::find(f.dense_layers.begin(), f.dense_layers.end(), il) != f.dense_layers.end();
+  };
+  int64_t first_dense = 0;  // the dense layers must be the leading ones
+  while (first_dense < n_layer && is_dense(first_dense)) ++first_dense;
+  for (const int64_t il : f.dense_layers)
+    if (il >= first_dense && il < n_layer)
+      throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing: only leading layers may be dense", f.path, il);
+  if (const auto key = f.int_key("leading_dense_block_count"); key && *key != first_dense)
+    throw_error("{}: key {} = {}, but the first {} layers have no router", f.path, f.key("leading_dense_block_count"),
+                *key, first_dense);
+  j["first_k_dense_replace"] = first_dense;
+  if (const auto gating = f.int_key("expert_gating_func"); gating && *gating != 2)
+    throw_error("{}: key {} = {}: GLM-4 MoE routes with sigmoid (2)", f.path, f.key("expert_gating_func"), *gating);
+  j["routed_scaling_factor"] = f.file_float("expert_weights_scale").value_or(1.0);
+  j["norm_topk_prob"] = f.norm_topk.value_or(true);
+  j["n_group"] = f.int_key("expert_group_count").value_or(1);
+  j["topk_group"] = f.int_key("expert_group_used_count").value_or(1);
+  j["attention_bias"] = f.has_tensor("blk.0.attn_q.bias");
+  j["use_qk_norm"] = f.has_tensor("blk.0.attn_q_norm.weight");
+  if (!j.contains("partial_rotary_factor")) j["partial_rotary_factor"] = 1.0;  // every dimension rotary
 }
+
+constexpr GgufNames kGgufNames{
+    "mlp.gate.weight", "mlp.experts", "gate_proj",          "up_proj",
+    "down_proj",       false,         "mlp.shared_experts", "mlp.gate.e_score_correction_bias"};
 
 }  // namespace
 
 const ArchSpec& arch_glm4_moe() {
-  static const ArchSpec spec{
-      Arch::kGlm4Moe, "glm4_moe", "GLM-4 MoE", read_config,
-      tensor_table,   "glm4moe",  gguf_config, {"mlp.gate.weight", "mlp.experts", "gate_proj", "up_proj", "down_proj"},
-      nullptr};  // moe_intermediate_size also sizes the shared experts
+  // No widen key: moe_intermediate_size also sizes the shared experts.
+  static const ArchSpec spec{Arch::kGlm4Moe, "glm4_moe",  "GLM-4 MoE", read_config, tensor_table,
+                             "glm4moe",      gguf_config, kGgufNames,  nullptr};
   return spec;
 }
 

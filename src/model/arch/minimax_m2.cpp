@@ -40,19 +40,34 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
-void gguf_config(const GgufFacts& f, nlohmann::json&) {
-  throw_error("{}: MiniMax-M2 GGUF files (minimax-m2) are not read yet; load the Hugging Face folder", f.path);
+// llama.cpp's minimax-m2 files: every layer MoE, the sigmoid router, rope.dimension_count the
+// checkpoint's rotary_dim (partial_rotary_factor from the common keys).
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  if (!f.dense_layers.empty())
+    throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing (every MiniMax-M2 layer has a router)", f.path,
+                f.dense_layers.front());
+  if (const auto gating = f.int_key("expert_gating_func"); gating && *gating != 2)
+    throw_error("{}: key {} = {}: MiniMax-M2 routes with sigmoid (2)", f.path, f.key("expert_gating_func"), *gating);
+  if (f.norm_topk && !*f.norm_topk)
+    throw_error("{}: key {} = false: MiniMax-M2 always renormalizes", f.path, f.key("expert_weights_norm"));
+  j["num_local_experts"] = f.n_expert;
+  j["intermediate_size"] = f.n_ff_expert ? *f.n_ff_expert : f.n_ff.value_or(0);
 }
+
+constexpr GgufNames kGgufNames{"block_sparse_moe.gate.weight",
+                               "block_sparse_moe.experts",
+                               "w1",
+                               "w3",
+                               "w2",
+                               false,
+                               nullptr,
+                               "block_sparse_moe.e_score_correction_bias"};
 
 }  // namespace
 
 const ArchSpec& arch_minimax_m2() {
-  static const ArchSpec spec{
-      Arch::kMinimaxM2,   "minimax_m2",
-      "MiniMax-M2",       read_config,
-      tensor_table,       "minimax-m2",
-      gguf_config,        {"block_sparse_moe.gate.weight", "block_sparse_moe.experts", "w1", "w3", "w2"},
-      "intermediate_size"};
+  static const ArchSpec spec{Arch::kMinimaxM2, "minimax_m2", "MiniMax-M2", read_config,        tensor_table,
+                             "minimax-m2",     gguf_config,  kGgufNames,   "intermediate_size"};
   return spec;
 }
 
