@@ -44,21 +44,6 @@ def tensor_plan(a):
             plan += [(p + "self_attn.q_proj.bias", (a.heads * hd,), 0.02, "dense"),
                      (p + "self_attn.k_proj.bias", (a.kv_heads * hd,), 0.02, "dense"),
                      (p + "self_attn.v_proj.bias", (a.kv_heads * hd,), 0.02, "dense")]
-        if glm and i < a.dense_layers:
-            plan += [
-                (p + "input_layernorm.weight", (H,), 0.0, "dense"),
-                (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
-                (p + "self_attn.q_proj.weight", (a.heads * hd, H), H ** -0.5, "dense"),
-                (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
-                (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
-                (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
-                (p + "mlp.gate_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
-                (p + "mlp.up_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
-                (p + "mlp.down_proj.weight", (H, a.dense_ffn), a.dense_ffn ** -0.5, "dense"),
-            ]
-            continue
-        moe = "mlp" if glm else "block_sparse_moe"
-        names = ("gate_proj", "up_proj", "down_proj") if glm else ("w1", "w3", "w2")
         plan += [
             (p + "input_layernorm.weight", (H,), 0.0, "dense"),
             (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
@@ -66,8 +51,15 @@ def tensor_plan(a):
             (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
             (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
             (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
-            (p + moe + ".gate.weight", (E, H), 2.0 * H ** -0.5, "dense"),
         ]
+        if glm and i < a.dense_layers:
+            plan += [(p + "mlp.gate_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
+                     (p + "mlp.up_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
+                     (p + "mlp.down_proj.weight", (H, a.dense_ffn), a.dense_ffn ** -0.5, "dense")]
+            continue
+        moe = "mlp" if glm else "block_sparse_moe"
+        names = ("gate_proj", "up_proj", "down_proj") if glm else ("w1", "w3", "w2")
+        plan.append((p + moe + ".gate.weight", (E, H), 2.0 * H ** -0.5, "dense"))
         if glm:
             S = I * a.shared
             plan += [(p + "mlp.gate.e_score_correction_bias", (E,), 0.05, "dense"),

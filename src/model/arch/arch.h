@@ -124,6 +124,9 @@ void add_attention_tensors(const ModelConfig& cfg, int64_t layer, std::vector<Te
 void add_expert_tensors(const ModelConfig& cfg, int64_t layer, const std::string& prefix, const char* gate,
                         const char* up, const char* down, std::vector<TensorSpec>& out);
 void add_dense_mlp_tensors(const ModelConfig& cfg, int64_t layer, std::vector<TensorSpec>& out);
+// The shared expert's gate/up/down ([n_ff_shared] wide) under "model.layers.{layer}.{module}.".
+void add_shared_expert_tensors(const ModelConfig& cfg, int64_t layer, const std::string& module,
+                               std::vector<TensorSpec>& out);
 
 // JSON accessors that name the key in their errors ("config.json: key 'x': ...").
 int64_t json_int(const nlohmann::json& json, const char* key);

@@ -78,4 +78,12 @@ void add_dense_mlp_tensors(const ModelConfig& c, int64_t il, std::vector<TensorS
   out.push_back({TensorRole::kDenseDown, il, -1, p + "down_proj.weight", {c.n_embd, c.n_ff_dense}});
 }
 
+void add_shared_expert_tensors(const ModelConfig& c, int64_t il, const std::string& module,
+                               std::vector<TensorSpec>& out) {
+  const std::string p = fmt::format("model.layers.{}.{}.", il, module);
+  out.push_back({TensorRole::kSharedGate, il, -1, p + "gate_proj.weight", {c.n_ff_shared, c.n_embd}});
+  out.push_back({TensorRole::kSharedUp, il, -1, p + "up_proj.weight", {c.n_ff_shared, c.n_embd}});
+  out.push_back({TensorRole::kSharedDown, il, -1, p + "down_proj.weight", {c.n_embd, c.n_ff_shared}});
+}
+
 }  // namespace chronos

@@ -71,13 +71,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
     out.push_back({TensorRole::kRouter, il, -1, p + "gate.weight", {c.n_expert, c.n_embd}});
     out.push_back({TensorRole::kRouterBias, il, -1, p + "gate.e_score_correction_bias", {c.n_expert}});
     add_expert_tensors(c, il, "mlp.experts", "gate_proj", "up_proj", "down_proj", out);
-    if (c.n_ff_shared > 0) {
-      out.push_back(
-          {TensorRole::kSharedGate, il, -1, p + "shared_experts.gate_proj.weight", {c.n_ff_shared, c.n_embd}});
-      out.push_back({TensorRole::kSharedUp, il, -1, p + "shared_experts.up_proj.weight", {c.n_ff_shared, c.n_embd}});
-      out.push_back(
-          {TensorRole::kSharedDown, il, -1, p + "shared_experts.down_proj.weight", {c.n_embd, c.n_ff_shared}});
-    }
+    if (c.n_ff_shared > 0) add_shared_expert_tensors(c, il, "mlp.shared_experts", out);
   }
   return out;
 }

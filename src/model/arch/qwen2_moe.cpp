@@ -29,9 +29,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
     qwen_moe::add_moe_tensors(c, il, out);
     if (c.n_ff_shared > 0) {
       const std::string p = fmt::format("model.layers.{}.mlp.", il);
-      out.push_back({TensorRole::kSharedGate, il, -1, p + "shared_expert.gate_proj.weight", {c.n_ff_shared, c.n_embd}});
-      out.push_back({TensorRole::kSharedUp, il, -1, p + "shared_expert.up_proj.weight", {c.n_ff_shared, c.n_embd}});
-      out.push_back({TensorRole::kSharedDown, il, -1, p + "shared_expert.down_proj.weight", {c.n_embd, c.n_ff_shared}});
+      add_shared_expert_tensors(c, il, "mlp.shared_expert", out);
       out.push_back({TensorRole::kSharedExpertGate, il, -1, p + "shared_expert_gate.weight", {1, c.n_embd}});
     }
   }
