@@ -229,7 +229,7 @@ ModelConfig parse_config(const json& j) {
       throw_error("hidden_act '{}' is not supported (only silu)", j["hidden_act"].dump());
     validate_sizes(cfg);
     // transformers 5 writes partial_rotary_factor inside rope_parameters, 4 at the top level.
-    double partial = json_number_or(j, "partial_rotary_factor", 1.0);
+    double partial = json_number_or(j, "partial_rotary_factor", arch->partial_rotary_default);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
       partial = json_number_or(j["rope_parameters"], "partial_rotary_factor", partial);
     if (!(partial > 0.0 && partial <= 1.0))

@@ -142,11 +142,12 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
     }
     int64_t il = 0;
     std::string_view rest;
-    if (split_layer_name(t.name, il, rest) && il >= c.n_layer && il < n_blocks) {
+    const bool in_block = split_layer_name(t.name, il, rest);
+    if (in_block && il >= c.n_layer && il < n_blocks) {
       ++n_nextn;
       continue;
     }
-    if (!split_layer_name(t.name, il, rest) || il >= c.n_layer) {
+    if (!in_block || il >= c.n_layer) {
       if (n_unknown++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", path, t.name, c.arch_name());
       continue;
     }

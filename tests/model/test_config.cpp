@@ -187,6 +187,12 @@ TEST_F(ConfigTest, Glm4MoeRouterDenseLeadingLayersAndPartialRotary) {
   EXPECT_EQ(c.topk_group, 2);
   EXPECT_EQ(c.n_rot, 16);  // partial_rotary_factor inside rope_parameters (transformers 5)
   EXPECT_EQ(c.qk_norm, QkNorm::kNone);
+  json full = glm4_moe();
+  full["rope_parameters"]["partial_rotary_factor"] = 1.0;
+  EXPECT_EQ(load(full).n_rot, 32);
+  json absent = glm4_moe();
+  absent["rope_parameters"].erase("partial_rotary_factor");
+  EXPECT_EQ(load(absent).n_rot, 16);  // Glm4MoeConfig's default: half of each head
 }
 
 TEST_F(ConfigTest, MinimaxM2LegacyRotaryDim) {

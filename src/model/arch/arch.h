@@ -101,6 +101,7 @@ struct ArchSpec {
   // config.json key of the routed experts' FFN size (chronos widen writes it); null where the key
   // sizes other tensors too and widening is refused.
   const char* expert_ffn_key;
+  double partial_rotary_default = 1.0;  // the rotary share of a head when config.json does not say
 };
 
 const ArchSpec& arch_mixtral();

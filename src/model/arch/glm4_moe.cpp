@@ -14,14 +14,7 @@
 namespace chronos {
 namespace {
 
-// transformers' Glm4MoeConfig rotates half of each head unless told otherwise.
-bool has_partial_rotary(const nlohmann::json& j) {
-  return j.contains("partial_rotary_factor") || (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
-                                                 j["rope_parameters"].contains("partial_rotary_factor"));
-}
-
 void read_config(const nlohmann::json& j, ModelConfig& c) {
-  if (!has_partial_rotary(j)) c.n_rot = c.head_dim / 2 - (c.head_dim / 2) % 2;
   c.n_expert = json_int_or(j, "n_routed_experts", 0);
   c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
   const int64_t n_shared = json_int_or(j, "n_shared_experts", 0);
@@ -119,9 +112,10 @@ constexpr GgufNames kGgufNames{
 }  // namespace
 
 const ArchSpec& arch_glm4_moe() {
-  // No widen key: moe_intermediate_size also sizes the shared experts.
+  // No widen key: moe_intermediate_size also sizes the shared experts. transformers' Glm4MoeConfig
+  // rotates half of each head unless told otherwise.
   static const ArchSpec spec{Arch::kGlm4Moe, "glm4_moe",  "GLM-4 MoE", read_config, tensor_table,
-                             "glm4moe",      gguf_config, kGgufNames,  nullptr};
+                             "glm4moe",      gguf_config, kGgufNames,  nullptr,     0.5};
   return spec;
 }
 
