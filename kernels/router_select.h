@@ -1,6 +1,7 @@
-// The sigmoid-and-bias router of one token (RouterKind::kSigmoidBias, DeepSeek-V3 / GLM-4.5 /
-// MiniMax-M2), the one formula of both devices: the CPU router (src/model/router.cpp) runs it per
-// row, the CUDA kernel (kernels/cuda/router_sigmoid.cu) per thread. Host and device code alike.
+// The group-limited routers of one token, the one formula of both devices: the CPU router
+// (src/model/router.cpp) runs it per row, the CUDA kernel (kernels/cuda/router_group.cu) per
+// thread. Host and device code alike. RouterKind::kSigmoidBias (DeepSeek-V3 / GLM-4.5 /
+// MiniMax-M2) and RouterKind::kSoftmaxGroupMax (DeepSeek-V2's group_limited_greedy and greedy).
 #pragma once
 
 #include <cmath>
@@ -10,29 +11,43 @@
 
 namespace chronos {
 
-// The shape of a sigmoid router: k of n_expert experts, chosen within the topk_group best of n_group
-// equal groups (n_group 1: no groups), weights renormalized when `normalize`, then times `scale`.
-struct SigmoidRouter {
+// The shape of a group-limited router: k of n_expert experts, chosen within the topk_group best of
+// n_group equal groups (n_group 1: no groups), weights renormalized when `normalize`, then times
+// `scale`. Sigmoid scores (a group's score: the sum of its two best biased scores), or with
+// `softmax` softmax probabilities (a group's score: its best probability; no bias).
+struct GroupRouter {
   int64_t n_expert, k, n_group, topk_group;
   bool normalize;
   float scale;
+  bool softmax = false;
 };
 
 inline constexpr int64_t kMaxRouterGroups = 64;  // groups are a bit mask
 
-// scores: the token's router logits on entry, its sigmoid scores on return. bias: the correction
-// added to the scores for choosing (not for weighting), or null. A group's score is the sum of its
-// two best biased scores; experts outside the chosen groups are never chosen (as
-// transformers masks them). ids: most preferred first, ties to the lower index; a NaN never
-// leaves a slot unwritten.
-CHRONOS_HD inline void sigmoid_router_select(const SigmoidRouter& r, float* scores, const float* bias, int32_t* ids,
-                                             float* weights) {
-  for (int64_t e = 0; e < r.n_expert; ++e) {
+CHRONOS_HD inline float router_exp(float x) {
 #if defined(__CUDA_ARCH__)
-    scores[e] = 1.0f / (1.0f + expf(-scores[e]));
+  return expf(x);
 #else
-    scores[e] = 1.0f / (1.0f + std::exp(-scores[e]));
+  return std::exp(x);
 #endif
+}
+
+// scores: the token's router logits on entry, its sigmoid scores (softmax probabilities) on return.
+// bias: the correction added to the scores for choosing (not for weighting), or null. Experts
+// outside the chosen groups are never chosen (as transformers masks them). ids: most preferred
+// first, ties to the lower index; a NaN never leaves a slot unwritten.
+CHRONOS_HD inline void group_router_select(const GroupRouter& r, float* scores, const float* bias, int32_t* ids,
+                                           float* weights) {
+  if (r.softmax) {
+    float max = -INFINITY, sum = 0.0f;
+    for (int64_t e = 0; e < r.n_expert; ++e) max = scores[e] > max ? scores[e] : max;
+    for (int64_t e = 0; e < r.n_expert; ++e) {
+      scores[e] = router_exp(scores[e] - max);
+      sum += scores[e];
+    }
+    for (int64_t e = 0; e < r.n_expert; ++e) scores[e] /= sum;
+  } else {
+    for (int64_t e = 0; e < r.n_expert; ++e) scores[e] = 1.0f / (1.0f + router_exp(-scores[e]));
   }
   const auto biased = [&](int64_t e) { return bias != nullptr ? scores[e] + bias[e] : scores[e]; };
   const int64_t group_size = r.n_expert / r.n_group;
@@ -54,7 +69,7 @@ CHRONOS_HD inline void sigmoid_router_select(const SigmoidRouter& r, float* scor
             top2 = v;
           }
         }
-        const float score = top1 + top2;
+        const float score = r.softmax ? top1 : top1 + top2;
         if (best < 0 || score > best_score) {
           best = g;
           best_score = score;

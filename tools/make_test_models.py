@@ -24,6 +24,7 @@ import tokenizers
 import transformers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,
+                          DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
                           Glm4MoeConfig, Glm4MoeForCausalLM, MiniMaxM2Config, MiniMaxM2ForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM,
                           PreTrainedTokenizerFast, Qwen2MoeConfig,
@@ -110,8 +111,22 @@ VARIANTS = [
     ("glm4_moe-plain-f32", "glm4_moe", torch.float32, {"plain": True}),
     ("minimax_m2-f32", "minimax_m2", torch.float32, {}),
     ("minimax_m2-bf16", "minimax_m2", torch.bfloat16, {}),
+    ("deepseek_v3-f32", "deepseek_v3", torch.float32, {}),
+    ("deepseek_v3-bf16", "deepseek_v3", torch.bfloat16, {}),
+    ("deepseek_v3-plain-f32", "deepseek_v3", torch.float32, {"plain": True}),
+    ("deepseek_v2-f32", "deepseek_v2", torch.float32, {}),
+    ("deepseek_v2-greedy-f32", "deepseek_v2", torch.float32, {"plain": True}),
 ]
-ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66}
+ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66,
+              "deepseek_v3": 77, "deepseek_v2": 88}
+
+# DeepSeek's YaRN with both mscales present and different, so the rotary attention factor
+# (mscale / mscale_all_dim) and the softmax scale (mscale_all_dim squared) both differ from 1.
+# factor 4 on purpose differs from max_position_embeddings / original (256 / 32 = 8): transformers
+# warns once and uses the explicit factor.
+DEEPSEEK_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                 "original_max_position_embeddings": 32, "beta_fast": 32.0, "beta_slow": 1.0,
+                 "mscale": 0.9, "mscale_all_dim": 0.7}
 
 
 def train_tokenizer():
@@ -175,6 +190,34 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
         mm = dict(common, num_experts_per_tok=3, head_dim=32, intermediate_size=32, num_local_experts=16)
         mm["rope_parameters"] = dict(common["rope_parameters"], partial_rotary_factor=0.25)
         return MiniMaxM2Config(**mm), MiniMaxM2ForCausalLM
+    if arch in ("deepseek_v3", "deepseek_v2"):
+        # MLA: q through a rank-24 LoRA (q_a_proj, q_a_layernorm, q_b_proj), k/v through a rank-32
+        # latent plus one shared 8-wide rotary key; q/k heads 16 + 8 wide, v heads 12 (not 16, on
+        # purpose); as many KV heads as heads (MLA expands the latent per head). 8 experts of 32,
+        # layer 0 dense (FFN 96), YaRN with both mscales. V3: top-2, sigmoid router with a nonzero
+        # correction bias (reinitialize), 4 groups of which 2, renormalized, scaled by 2.5, one shared
+        # expert, interleaved rope. V2: top-3, softmax router, group_limited_greedy (4 groups, best 2
+        # by their max), no renormalization, scaled by 1.5, two shared experts, complex-pair rope.
+        # "plain": q_proj without LoRA, default rope, scale 1, no dense layer; V3 without groups,
+        # V2 with the plain greedy top-k.
+        ds = dict(common, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16,
+                  qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, moe_intermediate_size=32,
+                  intermediate_size=96, first_k_dense_replace=1, rope_parameters=dict(DEEPSEEK_YARN))
+        if arch == "deepseek_v3":
+            ds.update(n_group=4, topk_group=2, n_shared_experts=1, routed_scaling_factor=2.5,
+                      norm_topk_prob=True, rope_interleave=True)
+            if plain:
+                ds.update(q_lora_rank=None, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+                          first_k_dense_replace=0, rope_parameters=dict(common["rope_parameters"]))
+            return DeepseekV3Config(**ds), DeepseekV3ForCausalLM
+        # Top-3, not 2: with a group's score its best expert, 2 groups always hold the best 2
+        # experts, so the limit would never bind; the third expert is sometimes masked out.
+        ds.update(topk_method="group_limited_greedy", n_group=4, topk_group=2, num_experts_per_tok=3,
+                  n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False)
+        if plain:
+            ds.update(topk_method="greedy", q_lora_rank=None, routed_scaling_factor=1.0,
+                      first_k_dense_replace=0, rope_parameters=dict(common["rope_parameters"]))
+        return DeepseekV2Config(**ds), DeepseekV2ForCausalLM
     raise ValueError(arch)
 
 

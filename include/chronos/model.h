@@ -38,12 +38,20 @@ struct LayerWeights {
   WeightView wq, wk, wv, wo;          // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
   std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without biases
   std::vector<float> q_norm, k_norm;  // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
-  WeightView router;                  // [n_expert, n_embd]
-  std::vector<float> router_bias;     // [n_expert] a sigmoid router's selection bias; empty otherwise
-  std::vector<FfnWeights> experts;    // [n_expert]
-  FfnWeights shared;                  // shared expert (Qwen2-MoE), absent otherwise
-  WeightView shared_gate;             // [1, n_embd]
-  FfnWeights dense;                   // dense MLP of non-MoE layers
+  // Multi-head latent attention (ModelConfig::mla()): wq is q_proj, or null with q_lora_rank's
+  // wq_a -> q_a_norm -> wq_b; wkv_a gives the latent and the rotary key, kv_a_norm the latent's norm,
+  // wkv_b each head's key and value from the latent. mla_uk [n_head, kv_lora_rank, qk_nope_dim] and
+  // mla_uv [n_head, v_head_dim, kv_lora_rank] are wkv_b's key and value rows in f32, the key rows
+  // transposed: the absorbed attention's per-head matrices, built at load.
+  WeightView wq_a, wq_b, wkv_a, wkv_b;
+  std::vector<float> q_a_norm, kv_a_norm;
+  std::vector<float> mla_uk, mla_uv;
+  WeightView router;                // [n_expert, n_embd]
+  std::vector<float> router_bias;   // [n_expert] a sigmoid router's selection bias; empty otherwise
+  std::vector<FfnWeights> experts;  // [n_expert]
+  FfnWeights shared;                // shared expert (Qwen2-MoE), absent otherwise
+  WeightView shared_gate;           // [1, n_embd]
+  FfnWeights dense;                 // dense MLP of non-MoE layers
 };
 
 struct ModelWeights {
@@ -62,15 +70,17 @@ struct ModelSizes {
 };
 
 // Per-sequence attention state in slots: a slot holds one sequence's keys and values of every layer
-// for up to n_ctx positions (f32; the layout of grouped-query attention, [n_layer, n_ctx, kv_dim]
-// keys, then values), allocated once for n_slots sequences. A sequence is its slot index: allocate()
+// for up to n_ctx positions (f32: [n_layer, n_ctx, key_width] keys, then [n_layer, n_ctx,
+// value_width] values; ModelConfig::kv_key_width: grouped-query attention's kv_dim each, MLA's
+// latent and rotary key with no values), allocated once for n_slots sequences. A sequence is its slot index: allocate()
 // hands out a free slot, empty, and free() returns it for reuse. length(slot) is how many
 // positions the slot holds; a forward may append at that length or rewind to an earlier position.
 class KvStore {
  public:
   KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots);
-  // The same slots in memory the caller owns and keeps alive (a device's): `k` and `v` hold
-  // n_bytes() / 2 bytes each, laid out as k() and v() address them.
+  // The same slots in memory the caller owns and keeps alive (a device's): `k` and `v` hold the
+  // keys' and the values' share of n_bytes() (key_bytes() and the rest; v may be null without
+  // values), laid out as k() and v() address them.
   KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v);
   KvStore(const KvStore&) = delete;  // k()/v() point into the memory: a move keeps it, a copy would not
   KvStore& operator=(const KvStore&) = delete;
@@ -91,18 +101,20 @@ class KvStore {
   int64_t n_ctx() const { return n_ctx_; }
   int64_t n_slots() const { return n_slots_; }
   int64_t n_in_use() const;
-  int64_t kv_dim() const { return kv_dim_; }  // floats from one position's keys to the next's
+  int64_t key_width() const { return key_width_; }  // floats from one position's keys to the next's
+  int64_t value_width() const { return value_width_; }
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t n_bytes() const { return n_slots_ * slot_bytes(); }
-  float* k(int32_t slot, int64_t layer, int64_t pos) { return k_base_ + offset(slot, layer, pos); }  // [kv_dim]
-  float* v(int32_t slot, int64_t layer, int64_t pos) { return v_base_ + offset(slot, layer, pos); }  // [kv_dim]
+  int64_t key_bytes() const { return n_slots_ * n_layer_ * n_ctx_ * key_width_ * int64_t(sizeof(float)); }
+  float* k(int32_t slot, int64_t layer, int64_t pos) { return k_base_ + offset(slot, layer, pos) * key_width_; }
+  float* v(int32_t slot, int64_t layer, int64_t pos) { return v_base_ + offset(slot, layer, pos) * value_width_; }
 
  private:
   friend class Model;
   int64_t offset(int32_t slot, int64_t layer, int64_t pos) const {
-    return ((int64_t(slot) * n_layer_ + layer) * n_ctx_ + pos) * kv_dim_;
+    return (int64_t(slot) * n_layer_ + layer) * n_ctx_ + pos;
   }
-  int64_t n_layer_, n_ctx_, kv_dim_, n_slots_, slot_bytes_;
+  int64_t n_layer_, n_ctx_, key_width_, value_width_, n_slots_, slot_bytes_;
   std::vector<float> k_, v_;  // [n_slots, n_layer, n_ctx, kv_dim] when the store owns its memory
   float* k_base_ = nullptr;   // k_ or the caller's memory
   float* v_base_ = nullptr;
@@ -288,6 +300,7 @@ class Model {
   void forward_chunk(DeviceOps& dev, ForwardState& st, const Batch& batch, int64_t begin, int64_t n,
                      float* logits) const;
   void attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
+  void latent_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
   void moe(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
   static void dense_ffn(DeviceOps& dev, const FfnWeights& ffn, int64_t n, const float* in, float* out);
   static void trace(DeviceOps& dev, const ForwardState& st, const char* name, int64_t layer, const float* values,

@@ -12,7 +12,7 @@ namespace chronos {
 
 class GgufFile;
 
-enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe, kGlm4Moe, kMinimaxM2 };
+enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe, kGlm4Moe, kMinimaxM2, kDeepseekV2, kDeepseekV3 };
 
 enum class QkNorm {
   kNone,
@@ -20,7 +20,7 @@ enum class QkNorm {
   kFullWidth,  // OLMoE: RMSNorm over the whole projection, weight [n_heads * head_dim]
 };
 
-enum class RopeType { kDefault, kLinear };
+enum class RopeType { kDefault, kLinear, kYarn };
 
 // What each layer is, chosen by the architecture's read_config. Adding a variant is one more
 // enumerator, the function that computes it in src/model/, its op on each device, and the arch file
@@ -28,6 +28,10 @@ enum class RopeType { kDefault, kLinear };
 // How a layer mixes positions.
 enum class AttentionKind {
   kGqa,  // grouped-query attention with RoPE and its options (bias, q/k norm, clip_qkv, window)
+  // DeepSeek-V2/V3's multi-head latent attention: the cache holds one compressed latent
+  // (kv_lora_rank) and one shared rotary key (qk_rope_dim) per position, and every head reads them
+  // through kv_b_proj folded into its query and output ("absorbed").
+  kMla,
 };
 // A layer's feed-forward block.
 enum class FfnKind {
@@ -41,7 +45,14 @@ enum class RouterKind {
   // bias within the topk_group best of n_group groups (a group's score: the sum of its best two),
   // weighted by the unbiased scores, renormalized when norm_topk_prob, times routed_scaling.
   kSigmoidBias,
+  // DeepSeek-V2's group_limited_greedy: softmax scores; the k most probable within the topk_group
+  // groups of n_group with the highest best score, times routed_scaling (renormalized first when
+  // norm_topk_prob). Its plain `greedy` is kSoftmaxTopK with routed_scaling.
+  kSoftmaxGroupMax,
 };
+// The widest MLA latent (kv_lora_rank) and rotary key (qk_rope_head_dim) (DeepSeek-V3: 512, 64).
+inline constexpr int64_t kMaxLatentRank = 2048;
+
 struct LayerKind {
   AttentionKind attention = AttentionKind::kGqa;
   FfnKind ffn = FfnKind::kDense;
@@ -79,7 +90,21 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   RopeType rope_type = RopeType::kDefault;
-  float rope_factor = 1.0f;               // linear scaling factor
+  float rope_factor = 1.0f;       // linear or YaRN scaling factor
+  bool rope_interleaved = false;  // rotate channel pairs (2i, 2i+1), not the two halves
+  // YaRN (rope_type "yarn"): the context trained before the extension, the rotation counts where
+  // interpolation starts and ends, and the factor cos and sin are multiplied by.
+  int64_t yarn_original_ctx = 0;
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  float rope_attn_factor = 1.0f;
+  float attn_scale = 0.0f;  // the softmax's scale of q·k; 0: 1/sqrt(head_dim)
+  // Multi-head latent attention (AttentionKind::kMla). head_dim is then the q/k head width
+  // qk_nope_dim + qk_rope_dim and n_rot is qk_rope_dim.
+  int64_t q_lora_rank = 0;  // 0: q_proj, else q_a_proj -> q_a_layernorm -> q_b_proj
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_dim = 0;
+  int64_t qk_rope_dim = 0;
+  int64_t v_head_dim = 0;
   int64_t n_rot = 0;                      // rotary dimensions (head_dim * partial_rotary_factor)
   std::optional<int64_t> sliding_window;  // active window (keys q - kv < window), if any
   bool attn_qkv_bias = false;
@@ -92,6 +117,14 @@ struct ModelConfig {
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // Floats one position stores per layer: keys and values of grouped-query attention, or the latent
+  // and rotary key of MLA (no separate values).
+  int64_t kv_key_width() const { return mla() ? kv_lora_rank + qk_rope_dim : kv_dim(); }
+  int64_t kv_value_width() const { return mla() ? 0 : kv_dim(); }
+  // Width of the heads' attention output, o_proj's input.
+  int64_t attn_out_dim() const { return mla() ? n_head * v_head_dim : q_dim(); }
+  float softmax_scale() const;
   int64_t n_moe_layers() const;
   bool is_moe_layer(int64_t layer) const { return layers[size_t(layer)].ffn == FfnKind::kMoe; }
   const char* arch_name() const;
@@ -105,6 +138,10 @@ struct ModelConfig {
   // The config.json equivalent of a GGUF file's key-values (config_json_from_gguf), parsed.
   static ModelConfig from_gguf(const GgufFile& file);
 };
+
+// YaRN's attention scale for a context extended `factor` times: 0.1 * mscale * ln(factor) + 1
+// (1 when factor <= 1).
+float yarn_mscale(float factor, float mscale);
 
 // The text of the config.json a Hugging Face checkpoint of this GGUF file would have (architecture,
 // sizes, rope, norms, experts, token ids), built from its key-values and tensor directory; what

@@ -124,6 +124,9 @@ void top_k(int32_t* ids, float* weights, const float* probs, int64_t n, int64_t 
 // Rotate-half RoPE on one head: pairs (i, i + n_rot/2), the GPT-NeoX convention HF uses; cos/sin
 // hold n_rot/2 values for the token's position.
 void rope_head(float* x, const float* cos, const float* sin, int64_t n_rot);
+// The same rotation on adjacent pairs: (x[2i], x[2i+1]) turns by angle i (DeepSeek's interleaved
+// RoPE).
+void rope_head_interleaved(float* x, const float* cos, const float* sin, int64_t n_rot);
 
 }  // namespace ops
 }  // namespace chronos

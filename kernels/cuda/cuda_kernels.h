@@ -68,10 +68,10 @@ void matvec(float* y, const float* x, const WeightView& w, int64_t n_tokens, cud
 // w.cols]), bit for bit dequantize_row's values. Throws for a non-block dtype.
 void dequantize_rows(float* out, const WeightView& w, int64_t row_begin, int64_t n_rows, cudaStream_t stream);
 
-// The sigmoid + bias router (kernels/router_select.h), one thread per token: scores [n_tokens,
-// n_expert] logits in, sigmoids out; bias [n_expert] or null.
-void router_sigmoid(int32_t* ids, float* weights, float* scores, const float* bias, int64_t n_tokens,
-                    const SigmoidRouter& router, cudaStream_t stream);
+// The group-limited routers (kernels/router_select.h), one thread per token: scores [n_tokens,
+// n_expert] logits in, sigmoids (softmax probabilities) out; bias [n_expert] or null.
+void router_group(int32_t* ids, float* weights, float* scores, const float* bias, int64_t n_tokens,
+                  const GroupRouter& router, cudaStream_t stream);
 // Per token: probs = softmax(logits[t, :n_expert]); ids/weights = the k largest probabilities in
 // descending order, ties to the lower expert index; weights renormalized to sum 1 when
 // norm_topk. probs may alias logits. ids, weights: [n_tokens, k].

@@ -1,5 +1,8 @@
-// Self-attention, grouped-query (AttentionKind::kGqa), on any device: q/k/v projections (+bias,
-// +q/k norm, +clip), RoPE, KV store and causal attention (the device's attend), o_proj.
+// Self-attention on any device. Grouped-query (AttentionKind::kGqa): q/k/v projections (+bias,
+// +q/k norm, +clip), RoPE, KV store and causal attention (the device's attend), o_proj. Multi-head
+// latent (AttentionKind::kMla): the query (through its low-rank path), the latent and the rotary
+// key, RoPE on the rotary parts, the absorbed attention over the latent cache (the device's
+// attend_latent), o_proj.
 #include "chronos/model.h"
 #include "model/device_ops.h"
 
@@ -37,6 +40,41 @@ void Model::attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) c
   // and with a sliding window W only the last W of them.
   dev.attend(a.attn, a.q, a.k, a.v, il, c.sliding_window.value_or(0));
   dev.project(a.ffn_out, a.attn, l.wo, n);  // [n, n_embd]
+}
+
+namespace {
+
+// q_a_layernorm and kv_a_layernorm's epsilon: transformers builds them with RMSNorm's default, not
+// the config's rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
+// Row slice [begin, begin + count) of a matrix: rows are contiguous in every type.
+WeightView weight_rows(const WeightView& w, int64_t begin, int64_t count) {
+  return {static_cast<const uint8_t*>(w.data) + begin * dtype_row_bytes(w.dtype, w.cols), w.dtype, count, w.cols};
+}
+
+}  // namespace
+
+void Model::latent_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const {
+  const ModelConfig& c = config_;
+  const LayerViews& l = dev.weights().layers[size_t(il)];
+  const Activations& a = dev.activations();
+  const int64_t rank = c.kv_lora_rank, rope = c.qk_rope_dim;
+  if (c.q_lora_rank > 0) {
+    dev.project(a.attn, a.xn, l.wq_a, n);  // [n, q_lora_rank]
+    dev.rmsnorm(a.attn, a.attn, l.q_a_norm, n, c.q_lora_rank, kLatentNormEps);
+    dev.project(a.q, a.attn, l.wq_b, n);  // [n, n_head * head_dim]
+  } else {
+    dev.project(a.q, a.xn, l.wq, n);
+  }
+  dev.project(a.k, a.xn, weight_rows(l.wkv_a, 0, rank), n);  // the latent [n, rank]
+  dev.rmsnorm(a.k, a.k, l.kv_a_norm, n, rank, kLatentNormEps);
+  dev.project(a.v, a.xn, weight_rows(l.wkv_a, rank, rope), n);  // the rotary key [n, rope], one head
+  dev.rope(a.q + c.qk_nope_dim, c.n_head, c.q_dim());           // each head's last qk_rope_dim
+  dev.rope(a.v, 1, rope);
+  trace(dev, st, "q_rope", il, a.q, n * c.q_dim());
+  dev.attend_latent(a.attn, a.q, a.k, a.v, il);  // [n, n_head * v_head_dim]
+  dev.project(a.ffn_out, a.attn, l.wo, n);       // [n, n_embd]
 }
 
 }  // namespace chronos

@@ -80,8 +80,34 @@ void read_rope(const json& j, ModelConfig& cfg) {
     cfg.rope_type = RopeType::kLinear;
     cfg.rope_factor = float(json_number_or(*params, "factor", 1.0));
     if (!(cfg.rope_factor > 0.0f)) throw_error("rope_scaling: factor must be positive");
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: the factor, the trained context, the ramp's rotation
+    // counts, and cos/sin's factor from attention_factor or mscale / mscale_all_dim.
+    cfg.rope_type = RopeType::kYarn;
+    cfg.rope_factor = float(json_number_or(*params, "factor", 1.0));
+    if (!(cfg.rope_factor >= 1.0f)) throw_error("rope_scaling: yarn factor must be at least 1");
+    cfg.yarn_original_ctx = json_int_or(*params, "original_max_position_embeddings", cfg.n_ctx_train);
+    if (cfg.yarn_original_ctx <= 0 || cfg.yarn_original_ctx > cfg.n_ctx_train)
+      throw_error(
+          "rope_scaling: original_max_position_embeddings must be in [1, max_position_embeddings = {}] (got {})",
+          cfg.n_ctx_train, cfg.yarn_original_ctx);
+    cfg.yarn_beta_fast = float(json_number_or(*params, "beta_fast", 32.0));
+    cfg.yarn_beta_slow = float(json_number_or(*params, "beta_slow", 1.0));
+    if (!(cfg.yarn_beta_fast > 0.0f) || !(cfg.yarn_beta_slow > 0.0f))
+      throw_error("rope_scaling: beta_fast and beta_slow must be positive");
+    const double mscale = json_number_or(*params, "mscale", 0.0);
+    const double mscale_all_dim = json_number_or(*params, "mscale_all_dim", 0.0);
+    if (params->contains("attention_factor") && !(*params)["attention_factor"].is_null())
+      cfg.rope_attn_factor = float(json_number_or(*params, "attention_factor", 1.0));
+    else if (mscale != 0.0 && mscale_all_dim != 0.0)
+      cfg.rope_attn_factor =
+          yarn_mscale(cfg.rope_factor, float(mscale)) / yarn_mscale(cfg.rope_factor, float(mscale_all_dim));
+    else
+      cfg.rope_attn_factor = yarn_mscale(cfg.rope_factor, 1.0f);
+    if (!(cfg.rope_attn_factor > 0.0f) || !std::isfinite(cfg.rope_attn_factor))
+      throw_error("rope_scaling: the attention factor must be positive (got {})", cfg.rope_attn_factor);
   } else {
-    throw_error("rope_scaling type '{}' is not supported (supported: default, linear)", type);
+    throw_error("rope_scaling type '{}' is not supported (supported: default, linear, yarn)", type);
   }
 }
 
@@ -176,11 +202,18 @@ int64_t ModelConfig::n_moe_layers() const {
   return n;
 }
 
+float ModelConfig::softmax_scale() const { return attn_scale > 0.0f ? attn_scale : 1.0f / std::sqrt(float(head_dim)); }
+
+float yarn_mscale(float factor, float mscale) {
+  return factor <= 1.0f ? 1.0f : 0.1f * mscale * std::log(factor) + 1.0f;
+}
+
 const char* ModelConfig::arch_name() const { return arch_spec(arch).name; }
 
 const char* name_of(AttentionKind kind) {
   switch (kind) {
     case AttentionKind::kGqa: return "grouped-query attention";
+    case AttentionKind::kMla: return "multi-head latent attention";
   }
   return "?";
 }
@@ -197,6 +230,7 @@ const char* name_of(RouterKind kind) {
   switch (kind) {
     case RouterKind::kSoftmaxTopK: return "softmax top-k";
     case RouterKind::kSigmoidBias: return "sigmoid + bias top-k";
+    case RouterKind::kSoftmaxGroupMax: return "softmax group-limited top-k";
   }
   return "?";
 }

@@ -26,35 +26,37 @@ constexpr int64_t kTasksPerThread = 8;
 // keeps its short chunks; decode gets the long ones.
 constexpr int64_t kMaxTaskWork = 1024;
 
-// One query head over keys [first, last]: softmax(q·k * scale) · v, computed block by block with a
-// running max so no score buffer larger than a block is needed (exact up to f32 rounding).
-void attend_head(float* out, const float* q, KvStore& kv, int32_t slot, int64_t layer, int64_t kv_offset, int64_t first,
-                 int64_t last, int64_t head_dim, float scale) {
+// One query over cached positions [first, last]: softmax(q·key * scale) · value, a position's key
+// the `key_width` floats at keys + pos * stride and its value the `value_width` floats at values +
+// pos * stride, computed block by block with a running max so no score buffer larger than a block
+// is needed (exact up to f32 rounding).
+void attend_rows(float* out, const float* q, const float* keys, const float* values, int64_t stride, int64_t first,
+                 int64_t last, int64_t key_width, int64_t value_width, float scale) {
   constexpr int64_t kBlock = 128;
   float scores[kBlock];
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
-  std::fill(out, out + head_dim, 0.0f);
+  std::fill(out, out + value_width, 0.0f);
   for (int64_t block = first; block <= last; block += kBlock) {
     const int64_t count = std::min(kBlock, last - block + 1);
     float block_max = -std::numeric_limits<float>::infinity();
-    ops::dot_rows(scores, q, kv.k(slot, layer, block) + kv_offset, kv.kv_dim(), count, head_dim, scale);
+    ops::dot_rows(scores, q, keys + block * stride, stride, count, key_width, scale);
     for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, scores[j]);
     const float new_max = std::max(running_max, block_max);
     const float correction = std::exp(running_max - new_max);  // 0 on the first block
     if (correction != 1.0f) {
-      for (int64_t i = 0; i < head_dim; ++i) out[i] *= correction;
+      for (int64_t i = 0; i < value_width; ++i) out[i] *= correction;
       running_sum *= correction;
     }
     for (int64_t j = 0; j < count; ++j) {  // the scores become the weights of the values
       scores[j] = std::exp(scores[j] - new_max);
       running_sum += scores[j];
     }
-    ops::axpy_rows(out, scores, kv.v(slot, layer, block) + kv_offset, kv.kv_dim(), count, head_dim);
+    ops::axpy_rows(out, scores, values + block * stride, stride, count, value_width);
     running_max = new_max;
   }
   const float inv = 1.0f / running_sum;
-  for (int64_t i = 0; i < head_dim; ++i) out[i] *= inv;
+  for (int64_t i = 0; i < value_width; ++i) out[i] *= inv;
 }
 
 }  // namespace
@@ -97,12 +99,18 @@ void CpuOps::rope(float* x, int64_t heads, int64_t row_stride) {
     const int64_t pos = batch_->pos(begin_ + t);
     const float* cos = s_.rope_cos.data() + pos * half;
     const float* sin = s_.rope_sin.data() + pos * half;
-    for (int64_t h = 0; h < heads; ++h) ops::rope_head(x + t * row_stride + h * hd, cos, sin, c_.n_rot);
+    for (int64_t h = 0; h < heads; ++h) {
+      if (c_.rope_interleaved)
+        ops::rope_head_interleaved(x + t * row_stride + h * hd, cos, sin, c_.n_rot);
+      else
+        ops::rope_head(x + t * row_stride + h * hd, cos, sin, c_.n_rot);
+    }
   }
 }
 
 void CpuOps::attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) {
   const int64_t hd = c_.head_dim, q_dim = c_.q_dim(), kv_dim = c_.kv_dim();
+  CHRONOS_CHECK(kv_.key_width() == kv_dim && kv_.value_width() == kv_dim);
   for (int64_t t = 0; t < n_; ++t) {
     const int32_t slot = batch_->seq(begin_ + t);
     const int64_t pos = batch_->pos(begin_ + t);
@@ -111,13 +119,42 @@ void CpuOps::attend(float* out, const float* q, const float* k, const float* v, 
   }
   // Query head h reads kv head h / (n_head / n_head_kv).
   const int64_t group = c_.n_head / c_.n_head_kv;
-  const float scale = 1.0f / std::sqrt(float(hd));
+  const float scale = c_.softmax_scale();
   pool_.run(n_ * c_.n_head, [&](int64_t task) {
     const int64_t t = task / c_.n_head, h = task % c_.n_head;
+    const int32_t slot = batch_->seq(begin_ + t);
     const int64_t last = batch_->pos(begin_ + t);
     const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
-    attend_head(out + t * q_dim + h * hd, q + t * q_dim + h * hd, kv_, batch_->seq(begin_ + t), layer, (h / group) * hd,
-                first, last, hd, scale);
+    const int64_t kv_head = (h / group) * hd;
+    attend_rows(out + t * q_dim + h * hd, q + t * q_dim + h * hd, kv_.k(slot, layer, 0) + kv_head,
+                kv_.v(slot, layer, 0) + kv_head, kv_dim, first, last, hd, hd, scale);
+  });
+}
+
+void CpuOps::attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) {
+  const LayerViews& l = s_.views.layers[size_t(layer)];
+  const int64_t rank = c_.kv_lora_rank, rope = c_.qk_rope_dim, nope = c_.qk_nope_dim, vd = c_.v_head_dim;
+  const int64_t width = rank + rope, q_dim = c_.q_dim(), hd = c_.head_dim;
+  CHRONOS_CHECK(kv_.key_width() == width && rank <= kMaxLatentRank && rope <= kMaxLatentRank);
+  for (int64_t t = 0; t < n_; ++t) {
+    float* row = kv_.k(batch_->seq(begin_ + t), layer, batch_->pos(begin_ + t));
+    std::copy(latent + t * rank, latent + (t + 1) * rank, row);
+    std::copy(k_rot + t * rope, k_rot + (t + 1) * rope, row + rank);
+  }
+  const float scale = c_.softmax_scale();
+  pool_.run(n_ * c_.n_head, [&](int64_t task) {
+    const int64_t t = task / c_.n_head, h = task % c_.n_head;
+    const float* qh = q + t * q_dim + h * hd;  // [q_nope | q_rot]
+    // The query in the latent's space: [W_uk,h^T q_nope | q_rot], against each cached [latent | k_rot].
+    float q_latent[2 * kMaxLatentRank], o_latent[kMaxLatentRank];
+    const float* uk = l.mla_uk + h * rank * nope;
+    for (int64_t r = 0; r < rank; ++r) q_latent[r] = ops::dot(uk + r * nope, qh, nope);
+    std::copy(qh + nope, qh + nope + rope, q_latent + rank);
+    const float* keys = kv_.k(batch_->seq(begin_ + t), layer, 0);
+    attend_rows(o_latent, q_latent, keys, keys, width, 0, batch_->pos(begin_ + t), width, rank, scale);
+    const float* uv = l.mla_uv + h * vd * rank;
+    float* oh = out + t * (c_.n_head * vd) + h * vd;
+    for (int64_t j = 0; j < vd; ++j) oh[j] = ops::dot(uv + j * rank, o_latent, rank);
   });
 }
 

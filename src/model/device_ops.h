@@ -29,6 +29,11 @@ struct LayerViews {
   const float* bv = nullptr;
   const float* q_norm = nullptr;  // [head_dim] (per head) or [q_dim] / [kv_dim] (full width)
   const float* k_norm = nullptr;
+  WeightView wq_a, wq_b, wkv_a, wkv_b;  // multi-head latent attention (LayerWeights)
+  const float* q_a_norm = nullptr;
+  const float* kv_a_norm = nullptr;
+  const float* mla_uk = nullptr;        // [n_head, kv_lora_rank, qk_nope_dim]
+  const float* mla_uv = nullptr;        // [n_head, v_head_dim, kv_lora_rank]
   WeightView router;                    // [n_expert, n_embd]
   const float* router_bias = nullptr;   // [n_expert] a sigmoid router's selection bias, or null
   std::span<const FfnWeights> experts;  // routed experts bound at load; empty when streamed
@@ -115,6 +120,12 @@ class DeviceOps {
   // sequence's slot, then out [n, q_dim] = each query head over its sequence's keys up to the row's
   // position (the last `window` of them when window > 0).
   virtual void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) = 0;
+  // Multi-head latent attention of `layer`, absorbed: stores each row's latent [n, kv_lora_rank]
+  // and rotary key [n, qk_rope_dim] at its position of its sequence's slot; then per head h,
+  // q [n, n_head * head_dim] split into [q_nope | q_rot], the query [mla_uk,h q_nope | q_rot] scores
+  // the cached [latent | k_rot] rows up to the row's position (scaled by softmax_scale), their
+  // weights sum the cached latents, and out [n, n_head * v_head_dim] = mla_uv,h times that sum.
+  virtual void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) = 0;
   // The router of `kind` (model/router.h) over the logits in activations().router, n rows.
   virtual RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) = 0;
   // dst[r, :] = src[rows[r], :] (rows: host memory).

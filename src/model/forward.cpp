@@ -13,18 +13,35 @@
 namespace chronos {
 void rope_tables(const ModelConfig& c, int64_t n_ctx, std::vector<float>& cos, std::vector<float>& sin) {
   // In f32 the way transformers does: inv_freq = 1 / theta^(2i/d), angle = pos * inv_freq (f32),
-  // then cos/sin of that f32 angle.
+  // then cos/sin of that f32 angle (times YaRN's attention factor).
   const int64_t half = c.n_rot / 2;
   cos.resize(size_t(n_ctx * half));
   sin.resize(size_t(n_ctx * half));
+  // YaRN: frequencies that turn fewer than beta_slow times over the trained context are
+  // interpolated (divided by the factor), those that turn more than beta_fast times are kept, with a
+  // linear ramp between (transformers' _compute_yarn_parameters, truncated to whole dimensions).
+  float ramp_low = 0.0f, ramp_high = 0.0f;
+  if (c.rope_type == RopeType::kYarn) {
+    const auto correction_dim = [&](float rotations) {
+      return float(c.n_rot) * std::log(float(c.yarn_original_ctx) / (rotations * 2.0f * float(M_PI))) /
+             (2.0f * std::log(c.rope_theta));
+    };
+    ramp_low = std::max(std::floor(correction_dim(c.yarn_beta_fast)), 0.0f);
+    ramp_high = std::min(std::ceil(correction_dim(c.yarn_beta_slow)), float(c.n_rot - 1));
+    if (ramp_low == ramp_high) ramp_high += 0.001f;
+  }
   for (int64_t i = 0; i < half; ++i) {
     const float exponent = float(2 * i) / float(c.n_rot);
     float inv_freq = 1.0f / std::pow(c.rope_theta, exponent);
     if (c.rope_type == RopeType::kLinear) inv_freq /= c.rope_factor;
+    if (c.rope_type == RopeType::kYarn) {
+      const float extrapolation = 1.0f - std::clamp((float(i) - ramp_low) / (ramp_high - ramp_low), 0.0f, 1.0f);
+      inv_freq = inv_freq / c.rope_factor * (1.0f - extrapolation) + inv_freq * extrapolation;
+    }
     for (int64_t p = 0; p < n_ctx; ++p) {
       const float angle = float(p) * inv_freq;
-      cos[size_t(p * half + i)] = float(std::cos(double(angle)));
-      sin[size_t(p * half + i)] = float(std::sin(double(angle)));
+      cos[size_t(p * half + i)] = float(std::cos(double(angle))) * c.rope_attn_factor;
+      sin[size_t(p * half + i)] = float(std::sin(double(angle))) * c.rope_attn_factor;
     }
   }
 }
@@ -42,9 +59,31 @@ ModelViews host_views(const ModelWeights& w) {
   ModelViews views{w.tok_embd, w.output, data(w.output_norm), {}};
   views.layers.reserve(w.layers.size());
   for (const LayerWeights& l : w.layers) {
-    views.layers.push_back(LayerViews{data(l.attn_norm), data(l.ffn_norm), l.wq, l.wk, l.wv, l.wo, data(l.bq),
-                                      data(l.bk), data(l.bv), data(l.q_norm), data(l.k_norm), l.router,
-                                      data(l.router_bias), l.experts, l.shared, l.shared_gate, l.dense});
+    views.layers.push_back(LayerViews{data(l.attn_norm),
+                                      data(l.ffn_norm),
+                                      l.wq,
+                                      l.wk,
+                                      l.wv,
+                                      l.wo,
+                                      data(l.bq),
+                                      data(l.bk),
+                                      data(l.bv),
+                                      data(l.q_norm),
+                                      data(l.k_norm),
+                                      l.wq_a,
+                                      l.wq_b,
+                                      l.wkv_a,
+                                      l.wkv_b,
+                                      data(l.q_a_norm),
+                                      data(l.kv_a_norm),
+                                      data(l.mla_uk),
+                                      data(l.mla_uv),
+                                      l.router,
+                                      data(l.router_bias),
+                                      l.experts,
+                                      l.shared,
+                                      l.shared_gate,
+                                      l.dense});
   }
   return views;
 }
@@ -65,9 +104,9 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   a.x = sized(s->x, max_batch * c.n_embd);
   a.xn = sized(s->xn, max_batch * c.n_embd);
   a.q = sized(s->q, max_batch * c.q_dim());
-  a.k = sized(s->k, max_batch * c.kv_dim());
-  a.v = sized(s->v, max_batch * c.kv_dim());
-  a.attn = sized(s->attn, max_batch * c.q_dim());
+  a.k = sized(s->k, max_batch * std::max(c.kv_dim(), c.kv_lora_rank));  // MLA: the latent
+  a.v = sized(s->v, max_batch * std::max(c.kv_dim(), c.qk_rope_dim));   // MLA: the rotary key
+  a.attn = sized(s->attn, max_batch * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank}));
   a.ffn_out = sized(s->ffn_out, max_batch * c.n_embd);
   a.ff_gate = sized(s->ff_gate, std::max(slots, max_batch) * n_ff);
   a.ff_up = sized(s->ff_up, std::max(slots, max_batch) * n_ff);
@@ -232,6 +271,7 @@ void Model::forward_chunk(DeviceOps& dev, ForwardState& st, const Batch& batch, 
     dev.rmsnorm(a.xn, a.x, layer.attn_norm, n, d, c.rms_norm_eps);
     switch (c.layers[size_t(il)].attention) {
       case AttentionKind::kGqa: attention(dev, st, il, n); break;  // ffn_out <- [n, n_embd]
+      case AttentionKind::kMla: latent_attention(dev, st, il, n); break;
     }
     trace(dev, st, "attn_out", il, a.ffn_out, n * d);
     dev.add(a.x, a.ffn_out, n * d);

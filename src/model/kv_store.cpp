@@ -9,13 +9,14 @@ namespace chronos {
 KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots)
     : n_layer_(cfg.n_layer),
       n_ctx_(n_ctx),
-      kv_dim_(cfg.kv_dim()),
+      key_width_(cfg.kv_key_width()),
+      value_width_(cfg.kv_value_width()),
       n_slots_(n_slots),
       slot_bytes_(bytes_per_slot(cfg, n_ctx)) {
   CHRONOS_CHECK(n_ctx > 0 && n_slots > 0);
-  const size_t floats = size_t(n_slots * n_layer_ * n_ctx * kv_dim_);
-  k_.resize(floats);
-  v_.resize(floats);
+  const size_t positions = size_t(n_slots * n_layer_ * n_ctx);
+  k_.resize(positions * size_t(key_width_));
+  v_.resize(positions * size_t(value_width_));
   k_base_ = k_.data();
   v_base_ = v_.data();
   in_use_.assign(size_t(n_slots), 0);
@@ -26,19 +27,20 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots)
 KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v)
     : n_layer_(cfg.n_layer),
       n_ctx_(n_ctx),
-      kv_dim_(cfg.kv_dim()),
+      key_width_(cfg.kv_key_width()),
+      value_width_(cfg.kv_value_width()),
       n_slots_(n_slots),
       slot_bytes_(bytes_per_slot(cfg, n_ctx)),
       k_base_(k),
       v_base_(v) {
-  CHRONOS_CHECK(n_ctx > 0 && n_slots > 0 && k != nullptr && v != nullptr);
+  CHRONOS_CHECK(n_ctx > 0 && n_slots > 0 && k != nullptr && (v != nullptr || value_width_ == 0));
   in_use_.assign(size_t(n_slots), 0);
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);
 }
 
 int64_t KvStore::bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx) {
-  return 2 * cfg.n_layer * n_ctx * cfg.kv_dim() * int64_t(sizeof(float));
+  return cfg.n_layer * n_ctx * (cfg.kv_key_width() + cfg.kv_value_width()) * int64_t(sizeof(float));
 }
 
 int64_t KvStore::slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget) {

@@ -6,8 +6,14 @@
 
 namespace chronos {
 
-SigmoidRouter sigmoid_router(const ModelConfig& c) {
-  return {c.n_expert, c.n_expert_used, c.n_group, c.topk_group, c.norm_topk_prob, c.routed_scaling};
+GroupRouter group_router(const ModelConfig& c, RouterKind kind) {
+  return {c.n_expert,
+          c.n_expert_used,
+          c.n_group,
+          c.topk_group,
+          c.norm_topk_prob,
+          c.routed_scaling,
+          kind == RouterKind::kSoftmaxGroupMax};
 }
 
 void route_rows(RouterKind kind, const ModelConfig& c, const float* bias, float* scores, int32_t* ids, float* weights,
@@ -21,10 +27,10 @@ void route_rows(RouterKind kind, const ModelConfig& c, const float* bias, float*
         ops::top_k(ids + t * k, weights + t * k, probs, n_expert, k, c.norm_topk_prob);
       }
       return;
-    case RouterKind::kSigmoidBias: {
-      const SigmoidRouter r = sigmoid_router(c);
-      for (int64_t t = 0; t < n; ++t)
-        sigmoid_router_select(r, scores + t * n_expert, bias, ids + t * k, weights + t * k);
+    case RouterKind::kSigmoidBias:
+    case RouterKind::kSoftmaxGroupMax: {
+      const GroupRouter r = group_router(c, kind);
+      for (int64_t t = 0; t < n; ++t) group_router_select(r, scores + t * n_expert, bias, ids + t * k, weights + t * k);
       return;
     }
   }

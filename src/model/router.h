@@ -11,13 +11,13 @@
 namespace chronos {
 
 // scores: [n, n_expert], the router logits on entry and the kind's scores on return (softmax top-k:
-// the probabilities; sigmoid + bias: the sigmoids, without the bias). bias: the layer's selection
-// bias [n_expert] (sigmoid kinds), or null. ids: [n, k] each row's experts, distinct, most preferred
-// first (ties to the lower index). weights: [n, k] what the combine multiplies each expert's output by.
+// and softmax group-limited: the probabilities; sigmoid + bias: the sigmoids, without the bias). bias: the layer's
+// selection bias [n_expert] (sigmoid kinds), or null. ids: [n, k] each row's experts, distinct, most preferred first
+// (ties to the lower index). weights: [n, k] what the combine multiplies each expert's output by.
 void route_rows(RouterKind kind, const ModelConfig& config, const float* bias, float* scores, int32_t* ids,
                 float* weights, int64_t n);
 
-// The config's sigmoid router shape.
-SigmoidRouter sigmoid_router(const ModelConfig& config);
+// The config's group-limited router of `kind` (kSigmoidBias or kSoftmaxGroupMax).
+GroupRouter group_router(const ModelConfig& config, RouterKind kind);
 
 }  // namespace chronos

@@ -2,6 +2,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,8 @@ std::vector<float>& vector_slot(LayerWeights& l, TensorRole role) {
     case TensorRole::kAttnQNorm: return l.q_norm;
     case TensorRole::kAttnKNorm: return l.k_norm;
     case TensorRole::kRouterBias: return l.router_bias;
+    case TensorRole::kAttnQANorm: return l.q_a_norm;
+    case TensorRole::kAttnKvANorm: return l.kv_a_norm;
     default: break;
   }
   CHRONOS_CHECK_MSG(false, "role {} is not a vector", int(role));
@@ -53,6 +56,10 @@ WeightView& matrix_slot(LayerWeights& l, const TensorSpec& spec) {
     case TensorRole::kAttnK: return l.wk;
     case TensorRole::kAttnV: return l.wv;
     case TensorRole::kAttnO: return l.wo;
+    case TensorRole::kAttnQA: return l.wq_a;
+    case TensorRole::kAttnQB: return l.wq_b;
+    case TensorRole::kAttnKvA: return l.wkv_a;
+    case TensorRole::kAttnKvB: return l.wkv_b;
     case TensorRole::kRouter: return l.router;
     case TensorRole::kExpertGate: return l.experts[size_t(spec.expert)].gate;
     case TensorRole::kExpertUp: return l.experts[size_t(spec.expert)].up;
@@ -80,6 +87,8 @@ bool is_vector_role(TensorRole role) {
     case TensorRole::kAttnQNorm:
     case TensorRole::kAttnKNorm:
     case TensorRole::kRouterBias:
+    case TensorRole::kAttnQANorm:
+    case TensorRole::kAttnKvANorm:
     case TensorRole::kOutputNorm: return true;
     default: return false;
   }
@@ -123,6 +132,27 @@ std::map<std::string, QuantizedTensor, std::less<>> read_quantized_tensors(const
     out.emplace(name, std::move(q));
   }
   return out;
+}
+
+// MLA's kv_b_proj holds per head qk_nope_dim key rows, then v_head_dim value rows, each
+// kv_lora_rank wide: the absorbed attention multiplies a query by the key rows transposed and a
+// latent by the value rows, per head; both in f32 (LayerWeights::mla_uk, mla_uv).
+void split_kv_b(const ModelConfig& c, LayerWeights& l) {
+  const int64_t rank = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+  l.mla_uk.resize(size_t(c.n_head * rank * nope));
+  l.mla_uv.resize(size_t(c.n_head * vd * rank));
+  std::vector<float> row(static_cast<size_t>(rank));
+  for (int64_t h = 0; h < c.n_head; ++h) {
+    for (int64_t i = 0; i < nope + vd; ++i) {
+      ops::weight_row_to_f32(row.data(), l.wkv_b, h * (nope + vd) + i);
+      if (i < nope) {
+        float* uk = l.mla_uk.data() + h * rank * nope;
+        for (int64_t r = 0; r < rank; ++r) uk[r * nope + i] = row[size_t(r)];
+      } else {
+        std::copy(row.begin(), row.end(), l.mla_uv.begin() + (h * vd + (i - nope)) * rank);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -245,6 +275,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
     else
       matrix_slot(layer, spec) = as_matrix(*t);
   }
+  if (c.mla())
+    for (LayerWeights& layer : w.layers) split_kv_b(c, layer);
   if (c.tie_word_embeddings) {
     w.output = w.tok_embd;
     if (find("lm_head.weight") != nullptr) used.insert("lm_head.weight");

@@ -81,4 +81,12 @@ void rope_head(float* x, const float* cos, const float* sin, int64_t n_rot) {
   }
 }
 
+void rope_head_interleaved(float* x, const float* cos, const float* sin, int64_t n_rot) {
+  for (int64_t i = 0; i < n_rot / 2; ++i) {
+    const float a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * cos[i] - b * sin[i];
+    x[2 * i + 1] = b * cos[i] + a * sin[i];
+  }
+}
+
 }  // namespace chronos::ops

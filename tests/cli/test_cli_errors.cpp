@@ -129,8 +129,8 @@ TEST_F(CliErrors, UnknownArchitecture) {
 }
 
 TEST_F(CliErrors, UnsupportedRopeScaling) {
-  edit_config([](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; });
-  expect_clean_failure(generate({"-p", "hi"}), 1, "yarn");
+  edit_config([](nlohmann::json& j) { j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}}; });
+  expect_clean_failure(generate({"-p", "hi"}), 1, "longrope");
 }
 
 TEST_F(CliErrors, ConfigNotJson) {

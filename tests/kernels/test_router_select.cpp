@@ -31,7 +31,7 @@ std::vector<int64_t> descending(const std::vector<float>& values) {
   return order;
 }
 
-Routed reference(const SigmoidRouter& r, const std::vector<float>& logits, const std::vector<float>& bias) {
+Routed reference(const GroupRouter& r, const std::vector<float>& logits, const std::vector<float>& bias) {
   std::vector<float> scores(logits.size()), choice(logits.size());
   for (size_t e = 0; e < logits.size(); ++e) {
     scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
@@ -63,13 +63,13 @@ Routed reference(const SigmoidRouter& r, const std::vector<float>& logits, const
 TEST(RouterSelect, SigmoidBiasMatchesTheSortedReadingOfTransformers) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.5f);
-  const SigmoidRouter shapes[] = {
+  const GroupRouter shapes[] = {
       {16, 3, 4, 2, true, 2.5f},   // the GLM fixture's
       {64, 8, 8, 4, true, 2.5f},   // DeepSeek-V3's proportions
       {32, 4, 1, 1, false, 1.0f},  // MiniMax-M2: no groups
       {12, 2, 3, 1, true, 1.0f},   // one group of four holds both
   };
-  for (const SigmoidRouter& r : shapes) {
+  for (const GroupRouter& r : shapes) {
     for (int trial = 0; trial < 200; ++trial) {
       std::vector<float> logits(size_t(r.n_expert)), bias(size_t(r.n_expert));
       for (float& v : logits) v = normal(rng);
@@ -77,7 +77,7 @@ TEST(RouterSelect, SigmoidBiasMatchesTheSortedReadingOfTransformers) {
       std::vector<float> scores = logits;
       std::vector<int32_t> ids(size_t(r.k));
       std::vector<float> weights(size_t(r.k));
-      sigmoid_router_select(r, scores.data(), bias.data(), ids.data(), weights.data());
+      group_router_select(r, scores.data(), bias.data(), ids.data(), weights.data());
       const Routed want = reference(r, logits, bias);
       ASSERT_EQ(ids, want.ids) << "experts " << r.n_expert << ", groups " << r.n_group << ", trial " << trial;
       for (int64_t j = 0; j < r.k; ++j) EXPECT_FLOAT_EQ(weights[size_t(j)], want.weights[size_t(j)]);
@@ -87,26 +87,26 @@ TEST(RouterSelect, SigmoidBiasMatchesTheSortedReadingOfTransformers) {
 }
 
 TEST(RouterSelect, TheBiasChoosesButDoesNotWeigh) {
-  const SigmoidRouter r{4, 1, 1, 1, false, 1.0f};
+  const GroupRouter r{4, 1, 1, 1, false, 1.0f};
   std::vector<float> scores = {2.0f, 0.0f, -1.0f, -2.0f};
   const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 5.0f};  // lifts the least likely expert first
   int32_t id = -1;
   float weight = 0.0f;
-  sigmoid_router_select(r, scores.data(), bias.data(), &id, &weight);
+  group_router_select(r, scores.data(), bias.data(), &id, &weight);
   EXPECT_EQ(id, 3);
   EXPECT_FLOAT_EQ(weight, 1.0f / (1.0f + std::exp(2.0f)));  // its unbiased score
   std::vector<float> again = {2.0f, 0.0f, -1.0f, -2.0f};
-  sigmoid_router_select(r, again.data(), nullptr, &id, &weight);  // no bias: the most likely
+  group_router_select(r, again.data(), nullptr, &id, &weight);  // no bias: the most likely
   EXPECT_EQ(id, 0);
 }
 
 TEST(RouterSelect, NanLogitsStillFillEverySlotWithDistinctExperts) {
-  const SigmoidRouter r{16, 4, 4, 2, true, 2.5f};
+  const GroupRouter r{16, 4, 4, 2, true, 2.5f};
   std::vector<float> scores(16, std::numeric_limits<float>::quiet_NaN());
   const std::vector<float> bias(16, 0.0f);
   std::vector<int32_t> ids(4, -1);
   std::vector<float> weights(4);
-  sigmoid_router_select(r, scores.data(), bias.data(), ids.data(), weights.data());
+  group_router_select(r, scores.data(), bias.data(), ids.data(), weights.data());
   const std::set<int32_t> distinct(ids.begin(), ids.end());
   EXPECT_EQ(distinct.size(), 4u);
   for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < 16) << id;

@@ -1,6 +1,7 @@
 // ModelConfig::load: per-architecture keys, defaults, the dense-layer rule, and refusals.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -122,8 +123,8 @@ TEST_F(ConfigTest, LinearRopeScalingAccepted) {
 
 TEST_F(ConfigTest, RefusalsNameTheProblem) {
   json j = qwen2_moe();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  EXPECT_NE(error_of(j).find("yarn"), std::string::npos);
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  EXPECT_NE(error_of(j).find("longrope"), std::string::npos);
   j = qwen2_moe();
   j["use_sliding_window"] = true;
   EXPECT_NE(error_of(j).find("use_sliding_window"), std::string::npos);
@@ -233,6 +234,107 @@ TEST_F(ConfigTest, Glm4MoeGroupsThatDoNotAgreeNameTheKey) {
     EXPECT_NE(message.find(want), std::string::npos) << patch.dump() << " -> " << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
+}
+
+json deepseek_v3() {  // the shapes of tests/fixtures/models/deepseek_v3-f32
+  return {{"model_type", "deepseek_v3"},
+          {"hidden_size", 64},
+          {"num_hidden_layers", 3},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 4},
+          {"head_dim", 8},  // transformers writes qk_rope_head_dim here; the q/k head is nope + rope
+          {"vocab_size", 100},
+          {"n_routed_experts", 8},
+          {"num_experts_per_tok", 2},
+          {"n_group", 4},
+          {"topk_group", 2},
+          {"n_shared_experts", 1},
+          {"moe_intermediate_size", 32},
+          {"intermediate_size", 96},
+          {"first_k_dense_replace", 1},
+          {"routed_scaling_factor", 2.5},
+          {"q_lora_rank", 24},
+          {"kv_lora_rank", 32},
+          {"qk_nope_head_dim", 16},
+          {"qk_rope_head_dim", 8},
+          {"v_head_dim", 12},
+          {"max_position_embeddings", 256},
+          {"rope_parameters",
+           {{"rope_type", "yarn"},
+            {"rope_theta", 10000.0},
+            {"factor", 4.0},
+            {"original_max_position_embeddings", 32},
+            {"beta_fast", 32.0},
+            {"beta_slow", 1.0},
+            {"mscale", 0.9},
+            {"mscale_all_dim", 0.7}}}};
+}
+
+TEST_F(ConfigTest, DeepseekV3LatentAttentionAndYarn) {
+  const ModelConfig c = load(deepseek_v3());
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.layers[0].attention, AttentionKind::kMla);
+  EXPECT_FALSE(c.is_moe_layer(0));
+  EXPECT_EQ(c.layers[1].router, RouterKind::kSigmoidBias);
+  EXPECT_EQ(c.head_dim, 24);
+  EXPECT_EQ(c.n_rot, 8);
+  EXPECT_TRUE(c.rope_interleaved);
+  EXPECT_EQ(c.kv_key_width(), 40);  // the latent and the rotary key; no values
+  EXPECT_EQ(c.kv_value_width(), 0);
+  EXPECT_EQ(c.attn_out_dim(), 48);
+  EXPECT_EQ(c.rope_type, RopeType::kYarn);
+  EXPECT_FLOAT_EQ(c.rope_factor, 4.0f);  // the configured factor, not max / original positions
+  EXPECT_EQ(c.yarn_original_ctx, 32);
+  // transformers: cos and sin times mscale(4, 0.9) / mscale(4, 0.7); the softmax scale
+  // 24^-0.5 * mscale(4, 0.7)^2.
+  EXPECT_NEAR(c.rope_attn_factor, 1.0252733f, 1e-6f);
+  EXPECT_NEAR(c.softmax_scale(), 0.2456630f, 1e-6f);
+  json plain = deepseek_v3();
+  plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  plain["q_lora_rank"] = nullptr;
+  const ModelConfig p = load(plain);
+  EXPECT_EQ(p.q_lora_rank, 0);
+  EXPECT_NEAR(p.softmax_scale(), 1.0f / std::sqrt(24.0f), 1e-7f);
+  EXPECT_FLOAT_EQ(p.rope_attn_factor, 1.0f);
+}
+
+TEST_F(ConfigTest, DeepseekV2Routers) {
+  json j = deepseek_v3();
+  j["model_type"] = "deepseek_v2";
+  j["topk_method"] = "group_limited_greedy";
+  j["norm_topk_prob"] = true;  // not read by transformers' V2 router
+  ModelConfig c = load(j);
+  EXPECT_EQ(c.layers[1].router, RouterKind::kSoftmaxGroupMax);
+  EXPECT_EQ(c.n_group, 4);
+  EXPECT_FALSE(c.norm_topk_prob);
+  j["topk_method"] = "greedy";
+  c = load(j);
+  EXPECT_EQ(c.n_group, 1);  // plain top-k over every expert
+  j["topk_method"] = "noaux_tc";
+  EXPECT_NE(error_of(j).find("key 'topk_method'"), std::string::npos) << error_of(j);
+}
+
+TEST_F(ConfigTest, DeepseekLatentSizesThatCannotBeNameTheKey) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"kv_lora_rank", 0}}, "key 'kv_lora_rank' must be in [1, 2048]"},
+      {{{"kv_lora_rank", 4096}}, "key 'kv_lora_rank' must be in [1, 2048]"},
+      {{{"qk_rope_head_dim", 7}}, "key 'qk_rope_head_dim' must be even"},
+      {{{"v_head_dim", -1}}, "key 'v_head_dim'"},
+      {{{"q_lora_rank", -3}}, "key 'q_lora_rank'"},
+      {{{"attention_bias", true}}, "key 'attention_bias'"},
+      {{{"topk_method", "greedy"}}, "key 'topk_method'"},
+      {{{"moe_layer_freq", 2}}, "key 'moe_layer_freq'"},
+  };
+  for (const auto& [patch, want] : cases) {
+    json j = deepseek_v3();
+    j.update(patch);
+    const std::string message = error_of(j);
+    EXPECT_NE(message.find(want), std::string::npos) << patch.dump() << " -> " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  json j = deepseek_v3();
+  j.erase("kv_lora_rank");
+  EXPECT_NE(error_of(j).find("kv_lora_rank"), std::string::npos) << error_of(j);
 }
 
 TEST_F(ConfigTest, MissingFolderAndFile) {

@@ -30,6 +30,12 @@ enum class TensorRole {
   kAttnVBias,
   kAttnQNorm,
   kAttnKNorm,
+  kAttnQA,       // MLA: q_a_proj [q_lora_rank, n_embd]
+  kAttnQANorm,   // q_a_layernorm [q_lora_rank]
+  kAttnQB,       // q_b_proj [n_head * head_dim, q_lora_rank]
+  kAttnKvA,      // kv_a_proj_with_mqa [kv_lora_rank + qk_rope_dim, n_embd]
+  kAttnKvANorm,  // kv_a_layernorm [kv_lora_rank]
+  kAttnKvB,      // kv_b_proj [n_head * (qk_nope_dim + v_head_dim), kv_lora_rank]
   kFfnNorm,
   kRouter,
   kRouterBias,  // the selection bias of a sigmoid router (e_score_correction_bias)
@@ -110,12 +116,18 @@ const ArchSpec& arch_qwen3_moe();
 const ArchSpec& arch_olmoe();
 const ArchSpec& arch_glm4_moe();
 const ArchSpec& arch_minimax_m2();
+const ArchSpec& arch_deepseek_v2();
+const ArchSpec& arch_deepseek_v3();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();
 const ArchSpec* find_arch(std::string_view model_type);
 const ArchSpec* find_gguf_arch(std::string_view gguf_arch);
 const ArchSpec& arch_spec(Arch arch);
+
+// routed_scaling_factor, n_group and topk_group of a group-limited router, checked against the
+// expert counts (one line naming the key).
+void read_router_groups(const nlohmann::json& json, ModelConfig& cfg);
 
 // Shared helpers for the arch files: the tensors every Llama-style decoder has.
 void add_global_tensors(const ModelConfig& cfg, std::vector<TensorSpec>& out);

@@ -2,15 +2,18 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cmath>
 
 #include "chronos/error.h"
 #include "model/arch/arch.h"
+#include "model/router.h"
 
 namespace chronos {
 
 std::span<const ArchSpec* const> all_archs() {
-  static const std::array<const ArchSpec*, 6> archs = {&arch_mixtral(), &arch_qwen2_moe(), &arch_qwen3_moe(),
-                                                       &arch_olmoe(),   &arch_glm4_moe(),  &arch_minimax_m2()};
+  static const std::array<const ArchSpec*, 8> archs = {&arch_mixtral(),     &arch_qwen2_moe(),  &arch_qwen3_moe(),
+                                                       &arch_olmoe(),       &arch_glm4_moe(),   &arch_minimax_m2(),
+                                                       &arch_deepseek_v2(), &arch_deepseek_v3()};
   return archs;
 }
 
@@ -31,6 +34,26 @@ const ArchSpec& arch_spec(Arch arch) {
     if (spec->arch == arch) return *spec;
   CHRONOS_CHECK_MSG(false, "unregistered architecture {}", int(arch));
   return arch_mixtral();
+}
+
+void read_router_groups(const nlohmann::json& j, ModelConfig& c) {
+  c.routed_scaling = float(json_number_or(j, "routed_scaling_factor", 1.0));
+  if (!(c.routed_scaling > 0.0f) || !std::isfinite(c.routed_scaling))
+    throw_error("key 'routed_scaling_factor' must be a positive number (got {})", c.routed_scaling);
+  c.n_group = json_int_or(j, "n_group", 1);
+  c.topk_group = json_int_or(j, "topk_group", 1);
+  if (c.n_group < 1 || c.n_group > kMaxRouterGroups)
+    throw_error("key 'n_group' must be in [1, {}] (got {})", kMaxRouterGroups, c.n_group);
+  if (c.topk_group < 1 || c.topk_group > c.n_group)
+    throw_error("key 'topk_group' must be in [1, n_group = {}] (got {})", c.n_group, c.topk_group);
+  if (c.n_expert % c.n_group != 0)
+    throw_error("key 'n_group': {} groups do not divide n_routed_experts = {}", c.n_group, c.n_expert);
+  if (c.n_group > 1 && c.n_expert / c.n_group < 2)
+    throw_error("key 'n_group': {} groups of n_routed_experts = {} leave fewer than 2 experts per group", c.n_group,
+                c.n_expert);
+  if (c.topk_group * (c.n_expert / c.n_group) < c.n_expert_used)
+    throw_error("key 'topk_group': {} groups of {} experts cannot hold num_experts_per_tok = {}", c.topk_group,
+                c.n_expert / c.n_group, c.n_expert_used);
 }
 
 void add_global_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {

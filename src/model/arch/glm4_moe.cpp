@@ -22,23 +22,7 @@ void read_config(const nlohmann::json& j, ModelConfig& c) {
   c.n_ff_shared = c.n_ff_expert * n_shared;  // the shared experts are one FFN of n_shared times the width
   c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
   c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", true);
-  c.routed_scaling = float(json_number_or(j, "routed_scaling_factor", 1.0));
-  if (!(c.routed_scaling > 0.0f) || !std::isfinite(c.routed_scaling))
-    throw_error("key 'routed_scaling_factor' must be a positive number (got {})", c.routed_scaling);
-  c.n_group = json_int_or(j, "n_group", 1);
-  c.topk_group = json_int_or(j, "topk_group", 1);
-  if (c.n_group < 1 || c.n_group > kMaxRouterGroups)
-    throw_error("key 'n_group' must be in [1, {}] (got {})", kMaxRouterGroups, c.n_group);
-  if (c.topk_group < 1 || c.topk_group > c.n_group)
-    throw_error("key 'topk_group' must be in [1, n_group = {}] (got {})", c.n_group, c.topk_group);
-  if (c.n_expert % c.n_group != 0)
-    throw_error("key 'n_group': {} groups do not divide n_routed_experts = {}", c.n_group, c.n_expert);
-  if (c.n_group > 1 && c.n_expert / c.n_group < 2)
-    throw_error("key 'n_group': {} groups of n_routed_experts = {} leave fewer than 2 experts per group", c.n_group,
-                c.n_expert);
-  if (c.topk_group * (c.n_expert / c.n_group) < c.n_expert_used)
-    throw_error("key 'topk_group': {} groups of {} experts cannot hold num_experts_per_tok = {}", c.topk_group,
-                c.n_expert / c.n_group, c.n_expert_used);
+  read_router_groups(j, c);
   c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-5));
   c.attn_qkv_bias = json_bool_or(j, "attention_bias", false);
   if (json_bool_or(j, "use_qk_norm", false)) c.qk_norm = QkNorm::kPerHead;

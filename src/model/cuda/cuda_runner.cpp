@@ -136,6 +136,11 @@ class CudaOps final : public DeviceOps {
     }
   }
 
+  // make_cuda_runner refuses MLA models: no kernels yet.
+  void attend_latent(float*, const float*, const float*, const float*, int64_t) override {
+    CHRONOS_CHECK_MSG(false, "multi-head latent attention on CUDA");
+  }
+
   RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) override {
     const int64_t n_exp = cfg_.n_expert, k = cfg_.n_expert_used, rows = n * k;
     switch (kind) {  // one kernel per router kind (model/router.h's contract)
@@ -143,7 +148,8 @@ class CudaOps final : public DeviceOps {
         cuda::router_topk(top_ids_, top_w_, act_.router, act_.router, n, n_exp, k, cfg_.norm_topk_prob, stream_);
         break;
       case RouterKind::kSigmoidBias:
-        cuda::router_sigmoid(top_ids_, top_w_, act_.router, bias, n, sigmoid_router(cfg_), stream_);
+      case RouterKind::kSoftmaxGroupMax:
+        cuda::router_group(top_ids_, top_w_, act_.router, bias, n, group_router(cfg_, kind), stream_);
         break;
     }
     to_host(host_top_ids_, top_ids_, rows * int64_t(sizeof(int32_t)));
@@ -338,9 +344,9 @@ class CudaOps final : public DeviceOps {
     rope_tables(c, n_ctx_, cos, sin);
     rope_cos_ = upload_floats(cos, ws);
     rope_sin_ = upload_floats(sin, ws);
-    const int64_t slot_floats = KvStore::bytes_per_slot(c, n_ctx_) / int64_t(2 * sizeof(float));
-    float* k_cache = device_array<float>(n_seq * slot_floats, memory_.kv_cache_bytes);
-    float* v_cache = device_array<float>(n_seq * slot_floats, memory_.kv_cache_bytes);
+    const int64_t slot_positions = c.n_layer * n_ctx_;
+    float* k_cache = device_array<float>(n_seq * slot_positions * c.kv_key_width(), memory_.kv_cache_bytes);
+    float* v_cache = device_array<float>(n_seq * slot_positions * c.kv_value_width(), memory_.kv_cache_bytes);
     kv_.emplace(c, n_ctx_, n_seq, k_cache, v_cache);
     host_ids_ = pinned_array<int32_t>(b);
     host_top_ids_ = pinned_array<int32_t>(rows);
@@ -523,6 +529,9 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backe
   CHRONOS_CHECK(n_ctx > 0 && batch > 0 && n_seq > 0);
   if (model.experts_streamed() && hooks.experts == nullptr)
     throw_error("a pack folder's experts need an expert streamer");
+  if (model.config().mla())
+    throw_error("{}: multi-head latent attention runs on the CPU only for now (--device cpu)",
+                model.config().arch_name());
   return std::make_unique<CudaRunner>(model, *cuda, n_ctx, batch, std::move(hooks), n_seq);
 }
 
