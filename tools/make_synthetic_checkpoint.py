@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a Mixtral- or GLM-4-MoE-shaped random BF16 checkpoint for benchmarks, with numpy only.
+"""Writes a Mixtral-, GLM-4-MoE- or DeepSeek-V2-shaped random BF16 checkpoint for benchmarks, with numpy only.
 
 The folder looks like a Hugging Face Mixtral checkpoint: config.json, generation_config.json,
 sharded model-XXXXX-of-YYYYY.safetensors + model.safetensors.index.json, tokenizer.json and
@@ -13,10 +13,22 @@ vocab 32000, 16 heads, 4 kv heads.
   python3 tools/make_synthetic_checkpoint.py --out /tmp/synthetic-3g
   python3 tools/make_synthetic_checkpoint.py --out /tmp/s --layers 4 --dry-run
   python3 tools/make_synthetic_checkpoint.py --out /tmp/glm --arch glm4_moe --experts 32 --top-k 4
+  python3 tools/make_synthetic_checkpoint.py --out /tmp/dsv2-lite --arch deepseek_v2 --hidden 2048 \
+      --layers 6 --heads 16 --experts 64 --top-k 6 --ffn 1408 --shared 2 --dense-layers 1 \
+      --dense-ffn 10944 --groups 1 --vocab 102400
 
 --arch glm4_moe writes GLM-4.5's pieces on the same sizes: the sigmoid router with its correction
 bias, --groups groups of which --topk-group are kept, routed scaling 2.5, --shared shared experts,
 the first --dense-layers layers dense (FFN --dense-ffn), q/k/v biases, half-rotary heads.
+
+--arch deepseek_v2 writes DeepSeek-V2's (DeepseekV2ForCausalLM): multi-head latent attention with a
+--kv-lora-rank latent, --qk-nope + --qk-rope query/key heads (the rotary key shared by the heads),
+--v-head value heads, and a low-rank query path when --q-lora-rank is set (0: a plain q_proj); the
+softmax router, "greedy" with --groups 1 and "group_limited_greedy" keeping --topk-group of
+--groups groups otherwise, no renormalization, routed scaling 1.0; --shared ungated shared experts
+as one FFN of --shared x --ffn; the first --dense-layers layers dense (FFN --dense-ffn). --kv-heads
+does not apply (every head has its own key and value). The command above is DeepSeek-V2-Lite with 6
+of its 27 layers (6.85 GB, 3.4 B parameters).
 """
 import argparse
 import json
@@ -38,32 +50,39 @@ def tensor_plan(a):
     hd = H // a.heads
     plan = [("model.embed_tokens.weight", (V, H), 1.0, "embed")]
     glm = a.arch == "glm4_moe"
+    ds = a.arch == "deepseek_v2"
     for i in range(a.layers):
         p = f"model.layers.{i}."
+        if ds:
+            plan += [(p + "input_layernorm.weight", (H,), 0.0, "dense"),
+                     (p + "post_attention_layernorm.weight", (H,), 0.0, "dense")]
+            plan += mla_plan(a, p + "self_attn.")
         if glm:
             plan += [(p + "self_attn.q_proj.bias", (a.heads * hd,), 0.02, "dense"),
                      (p + "self_attn.k_proj.bias", (a.kv_heads * hd,), 0.02, "dense"),
                      (p + "self_attn.v_proj.bias", (a.kv_heads * hd,), 0.02, "dense")]
-        plan += [
-            (p + "input_layernorm.weight", (H,), 0.0, "dense"),
-            (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
-            (p + "self_attn.q_proj.weight", (a.heads * hd, H), H ** -0.5, "dense"),
-            (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
-            (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
-            (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
-        ]
-        if glm and i < a.dense_layers:
+        if not ds:
+            plan += [
+                (p + "input_layernorm.weight", (H,), 0.0, "dense"),
+                (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
+                (p + "self_attn.q_proj.weight", (a.heads * hd, H), H ** -0.5, "dense"),
+                (p + "self_attn.k_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
+                (p + "self_attn.v_proj.weight", (a.kv_heads * hd, H), H ** -0.5, "dense"),
+                (p + "self_attn.o_proj.weight", (H, a.heads * hd), (a.heads * hd) ** -0.5, "dense"),
+            ]
+        if (glm or ds) and i < a.dense_layers:
             plan += [(p + "mlp.gate_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
                      (p + "mlp.up_proj.weight", (a.dense_ffn, H), H ** -0.5, "dense"),
                      (p + "mlp.down_proj.weight", (H, a.dense_ffn), a.dense_ffn ** -0.5, "dense")]
             continue
-        moe = "mlp" if glm else "block_sparse_moe"
-        names = ("gate_proj", "up_proj", "down_proj") if glm else ("w1", "w3", "w2")
+        moe = "mlp" if glm or ds else "block_sparse_moe"
+        names = ("gate_proj", "up_proj", "down_proj") if glm or ds else ("w1", "w3", "w2")
         plan.append((p + moe + ".gate.weight", (E, H), 2.0 * H ** -0.5, "dense"))
         if glm:
+            plan.append((p + "mlp.gate.e_score_correction_bias", (E,), 0.05, "dense"))
+        if glm or ds:  # the shared experts: one ungated FFN of --shared x --ffn
             S = I * a.shared
-            plan += [(p + "mlp.gate.e_score_correction_bias", (E,), 0.05, "dense"),
-                     (p + "mlp.shared_experts.gate_proj.weight", (S, H), H ** -0.5, "dense"),
+            plan += [(p + "mlp.shared_experts.gate_proj.weight", (S, H), H ** -0.5, "dense"),
                      (p + "mlp.shared_experts.up_proj.weight", (S, H), H ** -0.5, "dense"),
                      (p + "mlp.shared_experts.down_proj.weight", (H, S), S ** -0.5, "dense")]
         for j in range(E):
@@ -74,6 +93,24 @@ def tensor_plan(a):
     plan.append(("model.norm.weight", (H,), 0.0, "dense"))
     plan.append(("lm_head.weight", (V, H), 3.0 * H ** -0.5, "head"))
     return plan
+
+
+def mla_plan(a, p):
+    """DeepSeek-V2's multi-head latent attention of one layer, `p` = "model.layers.{i}.self_attn."."""
+    H, n = a.hidden, a.heads
+    qk = a.qk_nope + a.qk_rope
+    if a.q_lora_rank:
+        R = a.q_lora_rank
+        plan = [(p + "q_a_proj.weight", (R, H), H ** -0.5, "dense"),
+                (p + "q_a_layernorm.weight", (R,), 0.0, "dense"),
+                (p + "q_b_proj.weight", (n * qk, R), R ** -0.5, "dense")]
+    else:
+        plan = [(p + "q_proj.weight", (n * qk, H), H ** -0.5, "dense")]
+    L = a.kv_lora_rank
+    return plan + [(p + "kv_a_proj_with_mqa.weight", (L + a.qk_rope, H), H ** -0.5, "dense"),
+                   (p + "kv_a_layernorm.weight", (L,), 0.0, "dense"),
+                   (p + "kv_b_proj.weight", (n * (a.qk_nope + a.v_head), L), L ** -0.5, "dense"),
+                   (p + "o_proj.weight", (H, n * a.v_head), (n * a.v_head) ** -0.5, "dense")]
 
 
 def n_bytes(shape):
@@ -174,19 +211,43 @@ def main():
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER,
                         help="folder with tokenizer.json + tokenizer_config.json (byte-level BPE)")
     parser.add_argument("--dry-run", action="store_true", help="print sizes, write nothing")
-    parser.add_argument("--arch", choices=["mixtral", "glm4_moe"], default="mixtral")
-    parser.add_argument("--groups", type=int, default=4, help="glm4_moe: expert groups (n_group)")
-    parser.add_argument("--topk-group", type=int, default=2, help="glm4_moe: groups kept per token")
-    parser.add_argument("--shared", type=int, default=1, help="glm4_moe: shared experts")
-    parser.add_argument("--dense-layers", type=int, default=1, help="glm4_moe: leading dense layers")
-    parser.add_argument("--dense-ffn", type=int, default=0, help="glm4_moe: dense FFN size (default 4 x --ffn)")
+    parser.add_argument("--arch", choices=["mixtral", "glm4_moe", "deepseek_v2"], default="mixtral")
+    parser.add_argument("--groups", type=int, default=4,
+                        help="glm4_moe, deepseek_v2: expert groups (n_group; deepseek_v2: 1 = greedy top-k)")
+    parser.add_argument("--topk-group", type=int, default=2,
+                        help="glm4_moe, deepseek_v2: groups kept per token (deepseek_v2 with --groups 1: 1)")
+    parser.add_argument("--shared", type=int, default=1, help="glm4_moe, deepseek_v2: shared experts")
+    parser.add_argument("--dense-layers", type=int, default=1, help="glm4_moe, deepseek_v2: leading dense layers")
+    parser.add_argument("--dense-ffn", type=int, default=0,
+                        help="glm4_moe, deepseek_v2: dense FFN size (default 4 x --ffn)")
+    parser.add_argument("--kv-lora-rank", type=int, default=512, help="deepseek_v2: latent KV width (kv_lora_rank)")
+    parser.add_argument("--q-lora-rank", type=int, default=0,
+                        help="deepseek_v2: low-rank query width (q_lora_rank; 0 = null, a plain q_proj)")
+    parser.add_argument("--qk-nope", type=int, default=128, help="deepseek_v2: unrotated q/k head dim (qk_nope_head_dim)")
+    parser.add_argument("--qk-rope", type=int, default=64, help="deepseek_v2: rotary q/k head dim (qk_rope_head_dim)")
+    parser.add_argument("--v-head", type=int, default=128, help="deepseek_v2: value head dim (v_head_dim)")
     a = parser.parse_args()
+    ds = a.arch == "deepseek_v2"
+    if ds:
+        a.kv_heads = a.heads  # MLA: every head has its own key and value
     if a.hidden % a.heads or a.heads % a.kv_heads:
         parser.error("hidden must divide by heads, heads by kv-heads")
+    if ds:
+        if a.kv_lora_rank < 1 or a.q_lora_rank < 0 or a.qk_nope < 1 or a.v_head < 1:
+            parser.error("--kv-lora-rank, --qk-nope and --v-head must be positive, --q-lora-rank >= 0")
+        if a.qk_rope < 2 or a.qk_rope % 2:
+            parser.error("--qk-rope must be even and at least 2")
+        if a.groups <= 1:
+            a.groups = a.topk_group = 1  # greedy: top-k over every expert
+        if a.experts % a.groups or not 1 <= a.topk_group <= a.groups \
+                or a.topk_group * (a.experts // a.groups) < a.top_k:
+            parser.error("--groups must divide --experts, --topk-group be in [1, --groups], and the kept "
+                         "groups hold at least --top-k experts")
 
     a.dense_ffn = a.dense_ffn or 4 * a.ffn
-    if a.arch != "glm4_moe":
+    if a.arch not in ("glm4_moe", "deepseek_v2"):
         a.dense_layers = 0
+    a.dense_layers = min(a.dense_layers, a.layers)
     plan = tensor_plan(a)
     kind_bytes = {}
     for _, shape, _, kind in plan:
@@ -204,6 +265,16 @@ def main():
           f"{expert_bytes / 1e6:.2f} MB + lm_head {kind_bytes['head'] / 1e6:.1f} MB + one embedding row")
     print(f"  bandwidth limit: tokens/s <= memory bandwidth / {per_token / 1e9:.4f} GB "
           f"(e.g. {20e9 / per_token:.1f} tok/s at 20 GB/s)")
+    print(f"{a.arch}: {total // BF16_BYTES / 1e9:.3f} B parameters in {len(plan)} tensors; {a.layers} layers "
+          f"({a.dense_layers} dense, FFN {a.dense_ffn}), hidden {a.hidden}, vocab {a.vocab}")
+    if ds:
+        attn = sum(n_bytes(e[1]) for e in mla_plan(a, ""))
+        method = "greedy" if a.groups == 1 else f"group_limited_greedy ({a.topk_group} of {a.groups} groups)"
+        print(f"  MLA: {a.heads} heads, q/k {a.qk_nope}+{a.qk_rope}, v {a.v_head}, kv_lora_rank {a.kv_lora_rank}, "
+              f"q_lora_rank {a.q_lora_rank or 'null'}: {attn / 1e6:.1f} MB per layer; latent KV cache "
+              f"{(a.kv_lora_rank + a.qk_rope) * a.layers * BF16_BYTES} bytes per token (bf16)")
+        print(f"  MoE: softmax {method}, top-{a.top_k} of {a.experts} experts (FFN {a.ffn}), "
+              f"{a.shared} shared (FFN {a.shared * a.ffn})")
     if a.dry_run:
         return 0
 
@@ -236,6 +307,23 @@ def main():
             "n_group": a.groups, "topk_group": a.topk_group, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
             "first_k_dense_replace": a.dense_layers, "attention_bias": True, "use_qk_norm": False,
         })
+    if ds:
+        config = {
+            "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "dtype": "bfloat16",
+            "vocab_size": a.vocab, "hidden_size": a.hidden, "intermediate_size": a.dense_ffn,
+            "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.heads,
+            "max_position_embeddings": a.max_position, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "q_lora_rank": a.q_lora_rank or None, "kv_lora_rank": a.kv_lora_rank,
+            "qk_nope_head_dim": a.qk_nope, "qk_rope_head_dim": a.qk_rope, "v_head_dim": a.v_head,
+            "n_routed_experts": a.experts, "num_experts_per_tok": a.top_k, "moe_intermediate_size": a.ffn,
+            "n_shared_experts": a.shared, "first_k_dense_replace": a.dense_layers,
+            "topk_method": "greedy" if a.groups == 1 else "group_limited_greedy",
+            "n_group": a.groups, "topk_group": a.topk_group, "routed_scaling_factor": 1.0,
+            "norm_topk_prob": False, "scoring_func": "softmax", "attention_bias": False,
+            "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": eos_id, "pad_token_id": None,
+            "attention_dropout": 0.0, "output_router_logits": False, "use_cache": True,
+        }
     (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (a.out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}, indent=2) + "\n")
 

@@ -100,7 +100,8 @@ std::vector<TensorClass> tensor_classes(const Model& model, const std::optional<
   const ModelWeights& w = model.weights();
   add_view("embeddings", w.tok_embd);
   for (const LayerWeights& l : w.layers) {
-    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo}) add_view("attention", *v);
+    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wkv_b})
+      add_view("attention", *v);
     add_view("router", l.router);
     for (const WeightView* v : {&l.shared.gate, &l.shared.up, &l.shared.down}) add_view("shared expert", *v);
     add_view("shared expert gate", l.shared_gate);
@@ -163,6 +164,9 @@ int run_inspect(const InspectArgs& args) {
     if (kind.ffn == FfnKind::kMoe) add_once(kinds.router, name_of(kind.router));
   }
   const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 1);
+  // MLA's cache against the keys and values its heads would have expanded (f32 both).
+  const int64_t kv_expanded_bytes_per_token =
+      c.mla() ? c.n_layer * c.n_head * (c.head_dim + c.v_head_dim) * int64_t(sizeof(float)) : kv_bytes_per_token;
   const int64_t active_params = s.dense_params + (c.n_expert > 0 ? s.expert_params / c.n_expert * c.n_expert_used : 0);
   if (args.json) {
     nlohmann::json j = {
@@ -189,6 +193,7 @@ int run_inspect(const InspectArgs& args) {
         {"expert_groups_per_token", c.topk_group},
         {"rotary_dims", c.n_rot},
         {"kv_bytes_per_token", kv_bytes_per_token},
+        {"kv_bytes_per_token_expanded", kv_expanded_bytes_per_token},
         {"params_total", total_params},
         {"params_active_per_token", active_params},
         {"dense_params", s.dense_params},
@@ -226,17 +231,31 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("experts          {} routed per MoE layer, top-{}{}, expert FFN {}{}\n", c.n_expert, c.n_expert_used,
              c.norm_topk_prob ? " (renormalized)" : "", c.n_ff_expert,
              c.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.n_ff_shared) : "");
-  fmt::print("attention        {}: hidden {}, {} heads, {} kv heads, head_dim {}{}{}\n",
-             fmt::join(kinds.attention, ", "), c.n_embd, c.n_head, c.n_head_kv, c.head_dim,
-             c.n_rot < c.head_dim ? fmt::format(" ({} rotary)", c.n_rot) : "", c.attn_qkv_bias ? ", q/k/v bias" : "");
+  if (c.mla())
+    fmt::print("attention        {}: hidden {}, {} heads, q/k head {} ({} rotary), v head {}, latent {}{}\n",
+               fmt::join(kinds.attention, ", "), c.n_embd, c.n_head, c.head_dim, c.n_rot, c.v_head_dim, c.kv_lora_rank,
+               c.q_lora_rank > 0 ? fmt::format(", query rank {}", c.q_lora_rank) : "");
+  else
+    fmt::print("attention        {}: hidden {}, {} heads, {} kv heads, head_dim {}{}{}\n",
+               fmt::join(kinds.attention, ", "), c.n_embd, c.n_head, c.n_head_kv, c.head_dim,
+               c.n_rot < c.head_dim ? fmt::format(" ({} rotary)", c.n_rot) : "", c.attn_qkv_bias ? ", q/k/v bias" : "");
   if (!kinds.router.empty())
     fmt::print("router           {}{}{}\n", fmt::join(kinds.router, ", "),
                c.n_group > 1 ? fmt::format(", top-{} of {} groups", c.topk_group, c.n_group) : "",
                c.routed_scaling != 1.0f ? fmt::format(", weights x{}", c.routed_scaling) : "");
-  fmt::print("KV cache         {} per token (f32 keys and values of {} layers)\n", human_bytes(kv_bytes_per_token),
-             c.n_layer);
+  if (c.mla())
+    fmt::print(
+        "KV cache         {} per token (f32 latent {} + rotary key {} of {} layers; expanded keys and values "
+        "would take {}, {:.1f}x)\n",
+        human_bytes(kv_bytes_per_token), c.kv_lora_rank, c.qk_rope_dim, c.n_layer,
+        human_bytes(kv_expanded_bytes_per_token), double(kv_expanded_bytes_per_token) / double(kv_bytes_per_token));
+  else
+    fmt::print("KV cache         {} per token (f32 keys and values of {} layers)\n", human_bytes(kv_bytes_per_token),
+               c.n_layer);
   fmt::print("vocabulary       {}\n", c.n_vocab);
-  fmt::print("context          {} (rope theta {})\n", c.n_ctx_train, c.rope_theta);
+  fmt::print(
+      "context          {} (rope theta {}{})\n", c.n_ctx_train, c.rope_theta,
+      c.rope_type == RopeType::kYarn ? fmt::format(", YaRN x{} from {}", c.rope_factor, c.yarn_original_ctx) : "");
   fmt::print("parameters       {} total, {} active per token\n", human_count(total_params), human_count(active_params));
   fmt::print("dense            {} params, {}\n", s.dense_params, human_bytes(s.dense_bytes));
   fmt::print("routed experts   {} params, {} ({} per expert, {})\n", s.expert_params, human_bytes(s.expert_bytes),

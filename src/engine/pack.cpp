@@ -53,6 +53,10 @@ bool dense_matrix_converts(TensorRole role) {
     case TensorRole::kAttnK:
     case TensorRole::kAttnV:
     case TensorRole::kAttnO:
+    case TensorRole::kAttnQA:
+    case TensorRole::kAttnQB:
+    case TensorRole::kAttnKvA:
+    case TensorRole::kAttnKvB:
     case TensorRole::kSharedGate:
     case TensorRole::kSharedUp:
     case TensorRole::kSharedDown:

@@ -130,6 +130,23 @@ TEST_F(Cli, InspectReportsTheCounts) {
   EXPECT_NE(text.out.find("Qwen2-MoE"), std::string::npos);
 }
 
+TEST_F(Cli, InspectReportsTheLatentCacheAgainstTheExpandedOne) {
+  const fs::path deepseek = kModel.parent_path() / "deepseek_v3-f32";
+  const RunResult r = run_chronos({"inspect", deepseek.string(), "--json"}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["architecture"], "DeepSeek-V3");
+  EXPECT_EQ(j["attention_kinds"], nlohmann::json::array({"multi-head latent attention"}));
+  EXPECT_EQ(j["router_kinds"], nlohmann::json::array({"sigmoid + bias top-k"}));
+  EXPECT_EQ(j["kv_bytes_per_token"], 3 * (32 + 8) * 4);                // layers x (latent + rotary key) x f32
+  EXPECT_EQ(j["kv_bytes_per_token_expanded"], 3 * 4 * (24 + 12) * 4);  // layers x heads x (key + value) x f32
+  const RunResult text = run_chronos({"inspect", deepseek.string()}, work_);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("latent 32, query rank 24"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("expanded keys and values would take"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("YaRN x4 from 32"), std::string::npos) << text.out;
+}
+
 TEST_F(Cli, InspectNamesTheAttentionAndRouterKindsAndTheKvBytesPerToken) {
   const fs::path glm = kModel.parent_path() / "glm4_moe-f32";
   const RunResult r = run_chronos({"inspect", glm.string(), "--json"}, work_);

@@ -218,7 +218,8 @@ TEST_P(Streaming, FallbackNeverWaitsAndCountsWhatItSkipped) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Streaming,
-                         ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32", "deepseek_v3-f32"));
+                         ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32",
+                                           "deepseek_v3-f32"));
 
 class StreamingErrors : public Streaming {};
 
@@ -501,7 +502,8 @@ TEST_P(LowbitMisses, Q8CopiesAreFarCloserToExactThanTheFallback) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LowbitMisses,
-                         ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32", "deepseek_v3-f32"));
+                         ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32",
+                                           "deepseek_v3-f32"));
 
 TEST_F(StreamingErrors, LowbitWithoutCopiesOrBudgetIsRefused) {
   const fs::path dir = fixture("mixtral-f32");
