@@ -74,10 +74,12 @@ std::string config_json_from_gguf(const GgufFile& f) {
   j["num_key_value_heads"] = optional_int("attention.head_count_kv").value_or(n_head);
   const auto key_length = optional_int("attention.key_length");
   const auto value_length = optional_int("attention.value_length");
-  if (key_length && value_length && *key_length != *value_length)
+  // MLA files (deepseek2) give the latent cache's row sizes here; their arch reads the heads' sizes.
+  const bool latent = optional_int("attention.kv_lora_rank").has_value();
+  if (key_length && value_length && *key_length != *value_length && !latent)
     throw_error("{}: keys {} ({}) and {} ({}) differ; Chronos needs one head size", file, key("attention.key_length"),
                 *key_length, key("attention.value_length"), *value_length);
-  if (key_length) j["head_dim"] = *key_length;
+  if (key_length && !latent) j["head_dim"] = *key_length;
   const GgufTensor* embeddings = f.find("token_embd.weight");
   if (embeddings == nullptr || embeddings->shape.size() != 2)
     throw_error("{}: tensor token_embd.weight is missing or not a matrix", file);
@@ -91,10 +93,16 @@ std::string config_json_from_gguf(const GgufFile& f) {
     if (*n_rot != head_dim && head_dim > 0) j["partial_rotary_factor"] = double(*n_rot) / double(head_dim);
   }
   if (const auto scaling = f.get_string(key("rope.scaling.type")); scaling && *scaling != "none") {
-    if (*scaling != "linear")
-      throw_error("{}: key {}: rope scaling '{}' is not supported (none, linear)", file, key("rope.scaling.type"),
+    if (*scaling != "linear" && *scaling != "yarn")
+      throw_error("{}: key {}: rope scaling '{}' is not supported (none, linear, yarn)", file, key("rope.scaling.type"),
                   *scaling);
-    j["rope_scaling"] = {{"type", "linear"}, {"factor", f.get_float(key("rope.scaling.factor")).value_or(1.0)}};
+    j["rope_scaling"] = {{"type", *scaling}, {"factor", f.get_float(key("rope.scaling.factor")).value_or(1.0)}};
+    if (*scaling == "yarn") {
+      if (const auto original = optional_int("rope.scaling.original_context_length"))
+        j["rope_scaling"]["original_max_position_embeddings"] = *original;
+      if (const auto fast = f.get_float(key("rope.scaling.yarn_beta_fast"))) j["rope_scaling"]["beta_fast"] = *fast;
+      if (const auto slow = f.get_float(key("rope.scaling.yarn_beta_slow"))) j["rope_scaling"]["beta_slow"] = *slow;
+    }
   }
   j["tie_word_embeddings"] = f.find("output.weight") == nullptr;
   if (const auto bos = f.get_int("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = *bos;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "chronos/error.h"
 #include "chronos/ops.h"
@@ -38,6 +39,12 @@ constexpr LayerName kLayerNames[] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight"},  // dense layers (Qwen's mlp_only_layers)
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},  // deepseek2's latent attention
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},  // files from before the split below
 };
 
 // "blk.12.attn_q.weight" -> (12, "attn_q.weight"); false for other names.
@@ -114,7 +121,8 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
   };
   const auto as_f32 = [&](const GgufTensor& t, std::vector<int64_t> shape) {
     const int64_t cols = shape.back();
-    const int64_t rows = t.shape.size() == 1 ? 1 : t.shape[0];
+    int64_t rows = 1;  // every dimension but the last (a 3-D tensor's matrices stacked)
+    for (size_t d = 0; d + 1 < t.shape.size(); ++d) rows *= t.shape[d];
     std::vector<std::byte> bytes(size_t(rows * cols) * sizeof(float));
     const WeightView w{t.data, t.dtype, rows, cols};
     for (int64_t r = 0; r < rows; ++r) ops::weight_row_to_f32(reinterpret_cast<float*>(bytes.data()) + r * cols, w, r);
@@ -125,6 +133,10 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
   const std::string nextn_key = fmt::format("{}.nextn_predict_layers", arch_spec(c.arch).gguf_arch);
   const int64_t n_blocks = c.n_layer + file->get_int(nextn_key).value_or(0);
   int64_t n_nextn = 0;
+
+  // deepseek2's kv_b_proj split per head into attn_k_b [n_head, kv_lora_rank, qk_nope] (the key rows
+  // transposed) and attn_v_b [n_head, v_head_dim, kv_lora_rank]: joined back into kv_b_proj below.
+  std::map<int64_t, std::pair<const GgufTensor*, const GgufTensor*>> split_kv_b;
 
   int n_unknown = 0;
   for (const GgufTensor& t : file->tensors()) {
@@ -185,6 +197,10 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
       add_owned(t, prefix + names.router_bias, t.shape, as_f32(t, t.shape), DType::kF32);
       continue;
     }
+    if (rest == "attn_k_b.weight" || rest == "attn_v_b.weight") {
+      (rest == "attn_k_b.weight" ? split_kv_b[il].first : split_kv_b[il].second) = &t;
+      continue;
+    }
     if (rest == "ffn_gate_inp_shexp.weight") {  // [n_embd] or [1, n_embd] in GGUF; [1, n_embd] in HF
       if (t.shape.size() > 2 || (t.shape.size() == 2 && t.shape[0] != 1))
         throw_error("{}: tensor {}: shape [{}], expected [{}]", path, t.name, fmt::join(t.shape, ", "), c.n_embd);
@@ -212,6 +228,31 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
       continue;
     }
     add_whole(t, prefix + it->hf);
+  }
+  for (const auto& [il, pair] : split_kv_b) {
+    const auto [k_b, v_b] = pair;
+    const std::string name = fmt::format("blk.{}.{}", il, k_b == nullptr ? "attn_k_b.weight" : "attn_v_b.weight");
+    if (k_b == nullptr || v_b == nullptr)
+      throw_error("{}: tensor {} is missing (attn_k_b and attn_v_b come together)", path, name);
+    const int64_t rank = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+    const std::vector<int64_t> k_shape = {c.n_head, rank, nope}, v_shape = {c.n_head, vd, rank};
+    if (k_b->shape != k_shape || v_b->shape != v_shape)
+      throw_error("{}: tensors blk.{}.attn_k_b.weight [{}] and attn_v_b.weight [{}], expected [{}] and [{}]", path, il,
+                  fmt::join(k_b->shape, ", "), fmt::join(v_b->shape, ", "), fmt::join(k_shape, ", "),
+                  fmt::join(v_shape, ", "));
+    const std::vector<std::byte> k = as_f32(*k_b, {c.n_head * rank, nope}), v = as_f32(*v_b, {c.n_head * vd, rank});
+    const auto* kf = reinterpret_cast<const float*>(k.data());
+    const auto* vf = reinterpret_cast<const float*>(v.data());
+    std::vector<std::byte> bytes(size_t(c.n_head * (nope + vd) * rank) * sizeof(float));
+    auto* out_rows = reinterpret_cast<float*>(bytes.data());
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      float* head = out_rows + h * (nope + vd) * rank;
+      for (int64_t r = 0; r < rank; ++r)
+        for (int64_t i = 0; i < nope; ++i) head[i * rank + r] = kf[(h * rank + r) * nope + i];
+      std::copy(vf + h * vd * rank, vf + (h + 1) * vd * rank, head + nope * rank);
+    }
+    add_owned(*k_b, fmt::format("model.layers.{}.self_attn.kv_b_proj.weight", il), {c.n_head * (nope + vd), rank},
+              std::move(bytes), DType::kF32);
   }
   if (n_nextn > 0)
     spdlog::debug("{}: {} tensors of the NextN blocks {}..{} skipped", path, n_nextn, c.n_layer, n_blocks - 1);

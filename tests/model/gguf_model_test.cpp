@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 
 #include "chronos/error.h"
 #include "chronos/gguf.h"
@@ -65,14 +66,49 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.attn_qkv_bias, b.attn_qkv_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_EQ(a.q_lora_rank, b.q_lora_rank);
+  EXPECT_EQ(a.kv_lora_rank, b.kv_lora_rank);
+  EXPECT_EQ(a.qk_nope_dim, b.qk_nope_dim);
+  EXPECT_EQ(a.qk_rope_dim, b.qk_rope_dim);
+  EXPECT_EQ(a.v_head_dim, b.v_head_dim);
+  EXPECT_EQ(a.rope_interleaved, b.rope_interleaved);
+  EXPECT_EQ(a.rope_type, b.rope_type);
+  EXPECT_EQ(a.rope_factor, b.rope_factor);
+  EXPECT_EQ(a.yarn_original_ctx, b.yarn_original_ctx);
+  EXPECT_FLOAT_EQ(a.softmax_scale(), b.softmax_scale());
 }
 
 class GgufModel : public ::testing::TestWithParam<std::string> {};
 
+// The checkpoint as its GGUF file states it. deepseek2 files keep YaRN's mscale_all_dim only (as
+// yarn_log_multiplier) and llama.cpp takes mscale to equal it, as every released DeepSeek config
+// has it; the DeepSeek fixtures set mscale apart on purpose, so their reference is a copy of the
+// checkpoint with mscale = mscale_all_dim.
+fs::path reference_checkpoint(const std::string& name, const fs::path& scratch) {
+  const fs::path source = checkpoint(name);
+  if (name.rfind("deepseek", 0) != 0) return source;
+  const fs::path copy = scratch / name;
+  fs::create_directories(copy);
+  for (const auto& entry : fs::directory_iterator(source))
+    fs::copy_file(entry.path(), copy / entry.path().filename(), fs::copy_options::overwrite_existing);
+  std::ifstream in(copy / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  in.close();
+  auto& rope = config["rope_parameters"];
+  if (rope.contains("mscale_all_dim")) rope["mscale"] = rope["mscale_all_dim"];
+  std::ofstream(copy / "config.json") << config.dump(2);
+  return copy;
+}
+
 // f32 files hold the checkpoint's values: every logit equal.
 TEST_P(GgufModel, F32LogitsEqualTheSafetensorsCheckpoint) {
+  const fs::path scratch = fs::temp_directory_path() / ("chronos_gguf_reference_" + std::to_string(::getpid()));
+  struct Cleanup {
+    fs::path path;
+    ~Cleanup() { fs::remove_all(path); }
+  } cleanup{scratch};
   const auto gguf = Model::load(gguf_fixture(GetParam() + "-f32"));
-  const auto reference = Model::load(checkpoint(GetParam() + "-f32"));
+  const auto reference = Model::load(reference_checkpoint(GetParam() + "-f32", scratch));
   expect_same_config(gguf->config(), reference->config());
   EXPECT_EQ(ModelConfig::load(gguf_fixture(GetParam() + "-f32")).n_layer, reference->config().n_layer);
   EXPECT_EQ(gguf->sizes().expert_bytes, reference->sizes().expert_bytes);
@@ -86,8 +122,12 @@ TEST_P(GgufModel, F32LogitsEqualTheSafetensorsCheckpoint) {
 // glm4_moe: a sigmoid router with groups, its bias as exp_probs_b.bias, shared experts as
 // ffn_*_shexp of mlp.shared_experts, post_attention_norm, a dense layer 0, and a NextN block after the
 // layers (block_count 4 of 3 layers) whose tensors are skipped. minimax_m2: the bias beside
-// Mixtral-named experts, rotary_dim as rope.dimension_count.
-INSTANTIATE_TEST_SUITE_P(Archs, GgufModel, ::testing::Values("mixtral", "qwen2_moe", "glm4_moe", "minimax_m2"));
+// Mixtral-named experts, rotary_dim as rope.dimension_count. deepseek_v3 / deepseek_v2: deepseek2
+// files (sigmoid or softmax gating, MLA's sizes in the *_mla keys, kv_b_proj split into attn_k_b
+// and attn_v_b, YaRN's mscale as yarn_log_multiplier).
+INSTANTIATE_TEST_SUITE_P(Archs, GgufModel,
+                         ::testing::Values("mixtral", "qwen2_moe", "glm4_moe", "minimax_m2", "deepseek_v3",
+                                           "deepseek_v2"));
 
 // The un-permuted Q/K rows of the llama architecture are the checkpoint's rows, byte for byte; the
 // stacked experts are views of the file, split per expert.
@@ -242,6 +282,19 @@ TEST_F(GgufModelErrors, Glm4MoeGatingAndNextnBlocksAreChecked) {
   message = load_error(no_nextn);  // block 3 is then a layer, and it has no attention
   EXPECT_NE(message.find("model.layers.3."), std::string::npos) << message;
   EXPECT_NE(message.find("is missing"), std::string::npos) << message;
+}
+
+// A deepseek2 file with half of a split kv_b_proj, or an unknown gating function: one line naming it.
+TEST_F(GgufModelErrors, DeepseekSplitKvBAndGatingAreChecked) {
+  using namespace std::string_literals;
+  const auto half = patched("deepseek_v3-f32", "blk.1.attn_v_b.weight", "blk.1.attn_v_x.weight");
+  std::string message = load_error(half);
+  EXPECT_NE(message.find("blk.1.attn_v_b.weight is missing"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  const std::string key = "deepseek2.expert_gating_func"s + "\x04\x00\x00\x00"s;  // type: uint32
+  const auto gating = patched("deepseek_v3-f32", key + "\x02\x00\x00\x00"s, key + "\x03\x00\x00\x00"s);
+  message = load_error(gating);
+  EXPECT_NE(message.find("deepseek2.expert_gating_func = 3"), std::string::npos) << message;
 }
 
 TEST_F(GgufModelErrors, MissingKeyIsNamed) {

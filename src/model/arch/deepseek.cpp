@@ -6,6 +6,7 @@
 // sigmoid + correction bias with groups (noaux_tc).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -142,9 +143,73 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c, bool router_bias) {
 std::vector<TensorSpec> tensor_table_v2(const ModelConfig& c) { return tensor_table(c, false); }
 std::vector<TensorSpec> tensor_table_v3(const ModelConfig& c) { return tensor_table(c, true); }
 
-// llama.cpp's deepseek2 files (every DeepSeek-V2/V3 and Kimi-K2 model) are not read yet.
-void gguf_config(const GgufFacts& f, nlohmann::json&) {
-  throw_error("{}: GGUF files of architecture deepseek2 are not supported yet (use the Hugging Face folder)", f.path);
+// llama.cpp's deepseek2 files, every DeepSeek-V2/V3 and Kimi-K2 model: the gating function tells V3
+// (sigmoid, 2) from V2 (softmax, 1, or absent in older files); MLA's head sizes are the *_mla keys
+// (older files without them: key_length and value_length); YaRN's log multiplier is 0.1 x
+// mscale_all_dim.
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  const auto required = [&](std::string_view suffix) {
+    const auto value = f.int_key(suffix);
+    if (!value) throw_error("{}: key {} is missing", f.path, f.key(suffix));
+    return *value;
+  };
+  const int64_t gating = f.int_key("expert_gating_func").value_or(1);
+  if (gating != 1 && gating != 2)
+    throw_error("{}: key {} = {}: DeepSeek routes with softmax (1) or sigmoid (2)", f.path, f.key("expert_gating_func"),
+                gating);
+  const bool v3 = gating == 2;
+  j["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  j["n_routed_experts"] = f.n_expert;
+  j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
+  if (f.n_ff) j["intermediate_size"] = *f.n_ff;
+  j["n_shared_experts"] = f.int_key("expert_shared_count").value_or(0);
+  int64_t first_dense = 0;  // the dense layers must be the leading ones
+  const auto is_dense = [&](int64_t il) {
+    return std::find(f.dense_layers.begin(), f.dense_layers.end(), il) != f.dense_layers.end();
+  };
+  while (first_dense < f.n_layer && is_dense(first_dense)) ++first_dense;
+  for (const int64_t il : f.dense_layers)
+    if (il >= first_dense)
+      throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing: only leading layers may be dense", f.path, il);
+  if (const auto key = f.int_key("leading_dense_block_count"); key && *key != first_dense)
+    throw_error("{}: key {} = {}, but the first {} layers have no router", f.path, f.key("leading_dense_block_count"),
+                *key, first_dense);
+  j["first_k_dense_replace"] = first_dense;
+  j["routed_scaling_factor"] = f.file_float("expert_weights_scale").value_or(1.0);
+  j["norm_topk_prob"] = f.norm_topk.value_or(false);
+  const int64_t groups = f.int_key("expert_group_count").value_or(1);
+  const int64_t groups_used = f.int_key("expert_group_used_count").value_or(groups);
+  j["n_group"] = groups;
+  j["topk_group"] = groups_used;
+  if (v3)
+    j["topk_method"] = "noaux_tc";
+  else
+    j["topk_method"] = groups_used < groups ? "group_limited_greedy" : "greedy";
+  // The latent: q_lora_rank only with a low-rank query, the latent rank, the rotary key.
+  if (const auto q_rank = f.int_key("attention.q_lora_rank")) j["q_lora_rank"] = *q_rank;
+  const int64_t rank = required("attention.kv_lora_rank");
+  const int64_t rope = required("rope.dimension_count");
+  j["kv_lora_rank"] = rank;
+  j["qk_rope_head_dim"] = rope;
+  const auto key_mla = f.int_key("attention.key_length_mla");
+  const int64_t qk_head = key_mla ? *key_mla : required("attention.key_length");
+  const int64_t v_head = key_mla ? required("attention.value_length_mla") : required("attention.value_length");
+  if (qk_head <= rope)
+    throw_error("{}: key {} = {} leaves no non-rotary part next to {} = {}", f.path,
+                f.key(key_mla ? "attention.key_length_mla" : "attention.key_length"), qk_head,
+                f.key("rope.dimension_count"), rope);
+  j["qk_nope_head_dim"] = qk_head - rope;
+  j["v_head_dim"] = v_head;
+  j["num_key_value_heads"] = j["num_attention_heads"];
+  j.erase("partial_rotary_factor");
+  j["rope_interleave"] = true;  // llama.cpp rotates deepseek2's pairs (rope type NORM)
+  if (j.contains("rope_scaling") && j["rope_scaling"]["type"] == "yarn") {
+    const double mscale_all_dim = f.file_float("rope.scaling.yarn_log_multiplier").value_or(0.0) / 0.1;
+    if (mscale_all_dim != 0.0) {  // DeepSeek's configs have mscale == mscale_all_dim: cos/sin unscaled
+      j["rope_scaling"]["mscale"] = mscale_all_dim;
+      j["rope_scaling"]["mscale_all_dim"] = mscale_all_dim;
+    }
+  }
 }
 
 constexpr GgufNames kGgufNames{
