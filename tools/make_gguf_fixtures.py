@@ -8,7 +8,8 @@ reader.gguf: every key-value type and a few tensor types, read back by tests/io/
 MODEL-TYPE.gguf: the tiny checkpoints of tests/fixtures/models/*-f32 converted as llama.cpp's
 convert_hf_to_gguf.py does (its key-values, the gguf package's tensor-name tables, routed experts
 stacked into [n_expert, rows, cols], the llama architecture's Q/K rows permuted, norms and routers
-f32, the tokenizer through tools/gguf_vocab.py). The f32 files hold the checkpoint's own values;
+f32, the tokenizer through tools/gguf_vocab.py; deepseek2: kv_b_proj split per head into attn_k_b
+and attn_v_b, MTP layers left out). The f32 files hold the checkpoint's own values;
 the f16 and block-typed ones hold the bytes `chronos pack --cluster none --expert-type T
 --dense-type T` writes for the same checkpoint (Chronos's own quantizer, GGUF's block layouts), so
 a test can compare them with that pack exactly. `--chronos` names the binary that makes those packs.
@@ -18,6 +19,12 @@ Q6_K for the LM head and for attn_v and ffn_down_exps in the layers llama.cpp's 
 picks (of 3 layers: the last). On the fixture's 64- and 32-wide rows the K types take their
 32-weight fallbacks (Q4_K -> Q5_0, Q6_K -> Q8_0), so the routed experts' down projections are Q5_0
 in layers 0-1 and Q8_0 in layer 2: a file whose experts mix types.
+
+deepseek_v3-f32.gguf, deepseek_v2-f32.gguf (architecture deepseek2) equal
+llama.cpp's converter's output for their folders (conversion/deepseek.py's DeepseekV2Model, run with
+this vocabulary; general.* aside) but for one key: deepseek2.expert_gating_func, which the converter
+takes from config.json's scoring_func. transformers 5 does not save scoring_func, DeepSeek's published
+configs have it (V3 sigmoid, V2 softmax), so it is written as for those (DEEPSEEK_SCORING).
 """
 import argparse
 import json
@@ -79,11 +86,13 @@ BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q2_K": (256, 84
           "Q5_1": (32, 24), "IQ4_NL": (32, 18), "IQ4_XS": (256, 136), "MXFP4": (32, 17), "F32": (1, 4), "F16": (1, 2), "BF16": (1, 2)}
 ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
          "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE,
-         "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE, "minimax_m2": gguf.MODEL_ARCH.MINIMAXM2}
-# The fixtures: (checkpoint, type). Kept to about 3 MB in all.
+         "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE, "minimax_m2": gguf.MODEL_ARCH.MINIMAXM2,
+         "deepseek_v2": gguf.MODEL_ARCH.DEEPSEEK2, "deepseek_v3": gguf.MODEL_ARCH.DEEPSEEK2}
+# The fixtures: (checkpoint: models/NAME-f32, type), written to NAME-TYPE.gguf. About 10 MB in all.
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
                   ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
-                  ("mixtral", "q4_k_m"), ("glm4_moe", "f32"), ("minimax_m2", "f32")]
+                  ("mixtral", "q4_k_m"), ("glm4_moe", "f32"), ("minimax_m2", "f32"),
+                  ("deepseek_v3", "f32"), ("deepseek_v2", "f32")]
 FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32, "mixed": 19}
 # llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16, 19: MOSTLY_IQ2_XXS, the type of most expert bytes of mixed-types.gguf)
 
@@ -177,12 +186,138 @@ def ggml_type(type_name: str):
     return getattr(gguf.GGMLQuantizationType, type_name)
 
 
-def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib.Path, file_type: str) -> None:
+def add_rope_scaling(writer: gguf.GGUFWriter, cfg: dict) -> None:
+    """TextModel.set_gguf_parameters' rope scaling keys (linear and yarn; a default rope writes none).
+    config.json's rope_parameters (transformers 5) or rope_scaling (older files, "type" for "rope_type")."""
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    rope_type = params.get("rope_type", params.get("type"))
+    factor = params.get("factor")
+    if rope_type == "linear" and factor is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(factor)
+    elif rope_type == "yarn" and factor is not None:
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(factor)
+        writer.add_rope_scaling_orig_ctx_len(params.get("original_max_position_embeddings",
+                                                        cfg.get("original_max_position_embeddings")))
+        if (ext_factor := params.get("extrapolation_factor")) is not None:
+            writer.add_rope_scaling_yarn_ext_factor(ext_factor)
+        if (attn_factor := params.get("attention_factor", params.get("attn_factor"))) is not None:
+            writer.add_rope_scaling_yarn_attn_factor(attn_factor)
+        if (beta_fast := params.get("beta_fast")) is not None:
+            writer.add_rope_scaling_yarn_beta_fast(beta_fast)
+        if (beta_slow := params.get("beta_slow")) is not None:
+            writer.add_rope_scaling_yarn_beta_slow(beta_slow)
+    elif rope_type in ("su", "longrope"):
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+
+
+# config.json's scoring_func where a checkpoint leaves it out: transformers 5 does not save it (its
+# DeepSeek configs have no such field), DeepSeek's published configs have it (V2 softmax, V3 sigmoid).
+DEEPSEEK_SCORING = {"deepseek_v2": "softmax", "deepseek_v3": "sigmoid"}
+
+
+def add_deepseek2_keys(writer: gguf.GGUFWriter, cfg: dict, zero_q_lora_rank: bool = False) -> None:
+    """DeepseekV2Model.set_gguf_parameters' keys beyond the common ones (written by the caller, with
+    head_count_kv 1), and TextModel's group counts and gating function. zero_q_lora_rank: write
+    q_lora_rank 0 for a plain q_proj, which the converter leaves out and llama.cpp's loader requires
+    (but of 26- or 27-layer models, DeepSeek-V2-Lite's)."""
+    if cfg.get("n_group") is not None:  # TextModel: whenever the config has them (any topk_method)
+        writer.add_expert_group_count(cfg["n_group"])
+    if cfg.get("topk_group") is not None:
+        writer.add_expert_group_used_count(cfg["topk_group"])
+    scoring = cfg.get("scoring_func") or DEEPSEEK_SCORING[cfg["model_type"]]
+    writer.add_expert_gating_func({"softmax": gguf.ExpertGatingFuncType.SOFTMAX,
+                                   "sigmoid": gguf.ExpertGatingFuncType.SIGMOID}[scoring])
+    first_dense = cfg.get("first_k_dense_replace")
+    writer.add_leading_dense_block_count(first_dense if first_dense is not None else 0)
+    writer.add_vocab_size(cfg["vocab_size"])
+    if cfg.get("q_lora_rank") is not None:
+        writer.add_q_lora_rank(cfg["q_lora_rank"])
+    elif zero_q_lora_rank:
+        writer.add_q_lora_rank(0)
+    rank, rope = cfg.get("kv_lora_rank", 512), cfg["qk_rope_head_dim"]
+    writer.add_kv_lora_rank(rank)
+    writer.add_key_length(rank + rope)  # the latent cache's rows: MQA over [latent, rotary key]
+    writer.add_value_length(rank)
+    writer.add_key_length_mla(cfg["qk_nope_head_dim"] + rope)  # the heads' sizes once decompressed
+    writer.add_value_length_mla(cfg["v_head_dim"])
+    writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    writer.add_expert_shared_count(cfg.get("n_shared_experts", 0))
+    if cfg.get("routed_scaling_factor") is not None:
+        writer.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    if cfg.get("norm_topk_prob"):  # only when true
+        writer.add_expert_weights_norm(True)
+    writer.add_rope_dimension_count(rope)
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if params.get("mscale_all_dim") is not None:
+        # 0.1 x mscale_all_dim, the converter's legacy form; `mscale` itself is not written
+        # (llama.cpp takes it equal to mscale_all_dim).
+        writer.add_rope_scaling_yarn_log_mul(0.1 * params["mscale_all_dim"])
+
+
+# llama.cpp's tensor_type_fallback (llama-quant.cpp): the type a 256-weight block type becomes on rows
+# whose length it does not divide.
+FALLBACK_32 = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0",
+               "IQ1_S": "IQ4_NL", "IQ1_M": "IQ4_NL", "IQ2_XXS": "IQ4_NL", "IQ2_XS": "IQ4_NL", "IQ2_S": "IQ4_NL",
+               "IQ3_XXS": "IQ4_NL", "IQ3_S": "IQ4_NL", "IQ4_XS": "IQ4_NL"}
+
+
+def k_b_type_for(type_name: str, cols: int) -> str:
+    """attn_k_b's type when kv_b_proj is block-typed: kv_b_proj's own, with llama.cpp's fallback
+    where the block does not divide the row (qk_nope_head_dim), F16 where no fallback does; a
+    256-weight type the gguf package cannot quantize (the K and IQ types) takes its 32-weight
+    fallback (IQ4_NL, which it cannot quantize either: F16)."""
+    block = BLOCKS.get(type_name, (256, None))[0]
+    if cols % block != 0 or type_name in FALLBACK_32:
+        type_name = FALLBACK_32.get(type_name, type_name)
+    if type_name not in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4") or cols % BLOCKS[type_name][0] != 0:
+        return "F16"
+    return type_name
+
+
+def split_kv_b(array: np.ndarray, type_name: str, cfg: dict, k_b_type: str | None = None):
+    """DeepseekV2Model.modify_tensors' kv_b_proj split: ((k_b, type), (v_b, type)), k_b [heads, rank,
+    nope] and v_b [heads, v, rank]. v_b keeps kv_b_proj's rows (a block type's bytes unchanged). k_b's
+    rows are kv_b_proj's columns: float types are transposed exactly, a block type is dequantized,
+    transposed and quantized again, in k_b_type (default: k_b_type_for's choice)."""
+    n_head = cfg.get("num_key_value_heads") or cfg["num_attention_heads"]  # as the converter (= heads)
+    nope, v_dim = cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    assert array.shape[0] == n_head * (nope + v_dim), (array.shape, n_head, nope, v_dim)
+    per_head = array.reshape(n_head, nope + v_dim, array.shape[-1])
+    v_b = (np.ascontiguousarray(per_head[:, nope:]), type_name)
+    k_rows = per_head[:, :nope]
+    if type_name in ("F32", "F16") and k_b_type in (None, type_name):
+        return (np.ascontiguousarray(k_rows.transpose(0, 2, 1)), type_name), v_b
+    if type_name == "BF16" and k_b_type in (None, "BF16"):  # 2 bytes per value: transposed as uint16
+        bits = k_rows.view(np.uint16).transpose(0, 2, 1)
+        return (np.ascontiguousarray(bits).view(np.uint8), "BF16"), v_b
+    if type_name in ("F32", "F16"):
+        values = k_rows.astype(np.float32)
+    elif type_name == "BF16":
+        values = (k_rows.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    else:
+        values = gguf.quants.dequantize(k_rows, ggml_type(type_name))
+    values = np.ascontiguousarray(values.transpose(0, 2, 1))  # [heads, rank, nope]
+    target = k_b_type or (k_b_type_for(type_name, nope) if type_name not in ("F32", "F16", "BF16") else type_name)
+    if target == "F32":
+        return (values, "F32"), v_b
+    if target == "F16":
+        return (values.astype(np.float16), "F16"), v_b
+    return (gguf.quants.quantize(values, ggml_type(target)), target), v_b
+
+
+def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib.Path, file_type: str,
+                        k_b_type: str | None = None, zero_q_lora_rank: bool = False) -> None:
+    """k_b_type and zero_q_lora_rank: split_kv_b's and add_deepseek2_keys' (deepseek2 only)."""
     cfg = json.loads((source / "config.json").read_text())
     model_type = cfg["model_type"]
     arch = ARCHS[model_type]
+    deepseek = model_type in ("deepseek_v2", "deepseek_v3")
     n_layer = cfg["num_hidden_layers"]
     n_head, n_head_kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
+    if deepseek:  # DeepseekV2Model: MLA is written as MQA, one KV head of the latent
+        n_head_kv = 1
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
     n_expert = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     # glm4moe: llama.cpp's converter counts the NextN (multi-token prediction) blocks after the layers.
@@ -207,9 +342,10 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
         writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     if model_type == "qwen2_moe":
         writer.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
-    if model_type == "qwen3_moe" or cfg.get("head_dim"):  # a head size other than hidden / heads
+    if (model_type == "qwen3_moe" or cfg.get("head_dim")) and not deepseek:  # a head size other than hidden / heads
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    add_rope_scaling(writer, cfg)
     rotary = cfg.get("rope_parameters", {}).get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     if model_type == "glm4_moe":  # Glm4MoeModel.set_gguf_parameters
         writer.add_rope_dimension_count(int(head_dim * rotary))
@@ -229,12 +365,25 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_clamp_kqv(cfg["clip_qkv"])
+    if deepseek:
+        add_deepseek2_keys(writer, cfg, zero_q_lora_rank)
     gguf_vocab.add_vocab(writer, source)
 
     names = gguf.get_tensor_name_map(arch, n_layer + n_nextn)
     stacked: dict[str, list] = {}
     for name in sorted(tensors.tensors, key=lambda n: (n.count("."), n)):
         array, type_name = tensors.tensors[name]
+        if deepseek and name.startswith("model.layers.") and int(name.split(".")[2]) >= n_layer:
+            continue  # DeepseekV2Model.skip_mtp: the multi-token prediction layers are left out
+        if deepseek and name.endswith("self_attn.kv_b_proj.weight"):
+            # DeepseekV2Model: kv_b_proj [heads * (nope + v), rank] split per head into attn_k_b
+            # [heads, rank, nope] (the key rows, transposed) and attn_v_b [heads, v, rank].
+            k_b, v_b = split_kv_b(array, type_name, cfg, k_b_type)
+            for part, (part_array, part_type) in (("k_b_proj", k_b), ("v_b_proj", v_b)):
+                part_name = names.get_name(name.replace("kv_b_proj", part), try_suffixes=(".weight",))
+                writer.add_tensor(part_name, part_array,
+                                  raw_dtype=ggml_type(part_type) if part_type not in ("F32", "F16") else None)
+            continue
         if ".experts." in name:  # routed experts: stacked per layer and projection
             parts = name.split(".")
             layer, index = int(parts[2]), int(parts[parts.index("experts") + 1])
