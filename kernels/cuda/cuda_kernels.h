@@ -41,10 +41,10 @@ void silu_mul(float* out, const float* gate, const float* up, int64_t n, cudaStr
 
 // Rotate-half (GPT-NeoX) RoPE in place on n_heads heads of head_dim for each of n_tokens tokens,
 // token t at position pos0 + t; row t starts at x + t * row_stride. Only the first n_rot
-// dimensions of a head rotate (pairs i, i + n_rot/2). cos/sin: [n_ctx, n_rot/2], the tables
-// the CPU forward builds.
+// dimensions of a head rotate (pairs i, i + n_rot/2; with `interleaved`, pairs 2i, 2i + 1).
+// cos/sin: [n_ctx, n_rot/2], the tables the CPU forward builds.
 void rope(float* x, const float* cos, const float* sin, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
-          int64_t n_rot, int64_t row_stride, int64_t pos0, cudaStream_t stream);
+          int64_t n_rot, int64_t row_stride, int64_t pos0, bool interleaved, cudaStream_t stream);
 
 // Copies k, v ([n_tokens, kv_dim]) to rows pos0 .. pos0 + n_tokens - 1 of one layer's caches
 // ([n_ctx, kv_dim] each).
@@ -54,10 +54,23 @@ void kv_store(float* k_cache, float* v_cache, const float* k, const float* v, in
 // Causal grouped-query attention for n_tokens queries at positions pos0 + t over one layer's
 // caches (keys 0 .. pos0 + t, or the last `window` of them when window > 0). q, out:
 // [n_tokens, n_head * head_dim]; caches [n_ctx, n_head_kv * head_dim]; query head h reads kv
-// head h / (n_head / n_head_kv); scores scaled by 1/sqrt(head_dim); softmax in f32 with a
+// head h / (n_head / n_head_kv); scores scaled by `scale`; softmax in f32 with a
 // running max (no score buffer the size of the context). Serves prefill and decode.
 void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
-               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, cudaStream_t stream);
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, float scale, cudaStream_t stream);
+
+// Multi-head latent attention, absorbed (the CPU's CpuOps::attend_latent), for n_tokens rows at
+// positions pos0 + t of one sequence: stores each row's latent [n_tokens, rank] and rotary key
+// [n_tokens, rope] into cache rows [rank | rope] (cache: [n_ctx, rank + rope]); q_latent
+// [n_tokens, n_head, rank + rope] = [uk_h q_nope | q_rot] per head (q [n_tokens, n_head * (nope +
+// rope)], uk [n_head, rank, nope]); o_latent [n_tokens, n_head, rank] = the softmax over the cached
+// rows up to each row's position (scores scaled by `scale`) of their latents; out [n_tokens, n_head *
+// v_dim] = uv_h o_latent per head (uv [n_head, v_dim, rank]). q_latent and o_latent are the
+// caller's scratch.
+void latent_attention(float* out, const float* q, const float* latent, const float* k_rot, float* cache,
+                      float* q_latent, float* o_latent, const float* uk, const float* uv, int64_t n_tokens,
+                      int64_t pos0, int64_t n_head, int64_t rank, int64_t rope, int64_t nope, int64_t v_dim,
+                      float scale, cudaStream_t stream);
 
 // y[t, :] = W x[t, :] for t < n_tokens: y [n_tokens, w.rows], x [n_tokens, w.cols]. Tuned for
 // the small batches of decode (each weight row is read once per 8 tokens); prefill's large

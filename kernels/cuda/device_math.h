@@ -160,6 +160,13 @@ CHRONOS_HD inline void rope_rotate_pair(float* head, const float* cos, const flo
   head[i + half] = b * cos[i] + a * sin[i];
 }
 
+// The same rotation on adjacent channels (2i, 2i + 1) (DeepSeek's interleaved RoPE).
+CHRONOS_HD inline void rope_rotate_adjacent(float* head, const float* cos, const float* sin, int64_t i) {
+  const float a = head[2 * i], b = head[2 * i + 1];
+  head[2 * i] = a * cos[i] - b * sin[i];
+  head[2 * i + 1] = b * cos[i] + a * sin[i];
+}
+
 // ---- Attention -------------------------------------------------------------------------------------
 
 // Keys [first, last] that query t of a batch starting at position pos0 sees: causal, and only the

@@ -180,12 +180,14 @@ TEST_F(CudaKernels, ConvertMatchesHostRoundingBitForBit) {
 
 // ---- RoPE and the KV cache --------------------------------------------------------------------------
 
-TEST_F(CudaKernels, RopeMatchesCpuRotateHalf) {
+TEST_F(CudaKernels, RopeMatchesCpuRotateHalfAndAdjacentPairs) {
   struct Shape {
     int64_t n_tokens, n_heads, head_dim, n_rot, row_stride, pos0;
+    bool interleaved;
   };
-  for (const Shape s : {Shape{1, 4, 64, 64, 256, 9}, Shape{3, 3, 10, 4, 35, 0}, Shape{17, 2, 128, 64, 300, 5},
-                        Shape{64, 8, 32, 32, 256, 1}}) {
+  for (const Shape s :
+       {Shape{1, 4, 64, 64, 256, 9, false}, Shape{3, 3, 10, 4, 35, 0, false}, Shape{17, 2, 128, 64, 300, 5, false},
+        Shape{64, 8, 32, 32, 256, 1, false}, Shape{5, 3, 24, 8, 80, 2, true}, Shape{17, 2, 64, 64, 128, 40, true}}) {
     const int64_t half = s.n_rot / 2, n_ctx = s.pos0 + s.n_tokens;
     std::vector<float> cos(static_cast<size_t>(n_ctx * half)), sin(static_cast<size_t>(n_ctx * half));
     for (int64_t p = 0; p < n_ctx; ++p)
@@ -201,15 +203,14 @@ TEST_F(CudaKernels, RopeMatchesCpuRotateHalf) {
         float* head = expected.data() + t * s.row_stride + h * s.head_dim;
         const float* c = cos.data() + (s.pos0 + t) * half;
         const float* sn = sin.data() + (s.pos0 + t) * half;
-        for (int64_t i = 0; i < half; ++i) {
-          const float a = head[i], b = head[i + half];
-          head[i] = a * c[i] - b * sn[i];
-          head[i + half] = b * c[i] + a * sn[i];
-        }
+        if (s.interleaved)
+          ops::rope_head_interleaved(head, c, sn, s.n_rot);
+        else
+          ops::rope_head(head, c, sn, s.n_rot);
       }
     DeviceArray<float> x(x0), d_cos(cos), d_sin(sin);
     cuda::rope(x.get(), d_cos.get(), d_sin.get(), s.n_tokens, s.n_heads, s.head_dim, s.n_rot, s.row_stride, s.pos0,
-               stream_);
+               s.interleaved, stream_);
     sync();
     const auto got = x.download();
     // The host rounds both products and the sum (within 2 u (|a| + |b|) of exact, |c|, |s| <= 1);
@@ -224,8 +225,9 @@ TEST_F(CudaKernels, RopeMatchesCpuRotateHalf) {
           continue;
         }
         const int64_t in_head = d % s.head_dim, base = t * s.row_stride + d - in_head;
-        const int64_t pair = in_head % half;
-        const double scale = std::fabs(x0[size_t(base + pair)]) + std::fabs(x0[size_t(base + pair + half)]);
+        const int64_t first = s.interleaved ? in_head / 2 * 2 : in_head % half;  // the pair's two elements
+        const int64_t second = s.interleaved ? first + 1 : first + half;
+        const double scale = std::fabs(x0[size_t(base + first)]) + std::fabs(x0[size_t(base + second)]);
         ASSERT_NEAR(got[i], expected[i], 4 * kF32Eps * scale) << "t " << t << " d " << d;
       }
   }
@@ -263,7 +265,7 @@ TEST_F(CudaKernels, AttentionMatchesExactSoftmaxWithGqaAndWindow) {
     const auto v = test::random_floats(n_ctx * kv_dim, 17);
     DeviceArray<float> dq(q), dk(k), dv(v), out(size_t(s.n_tokens * q_dim));
     cuda::attention(out.get(), dq.get(), dk.get(), dv.get(), s.n_tokens, s.pos0, s.n_head, s.n_head_kv, s.head_dim,
-                    s.window, stream_);
+                    s.window, float(1.0 / std::sqrt(double(s.head_dim))), stream_);
     sync();
     const auto got = out.download();
     const int64_t group = s.n_head / s.n_head_kv;
@@ -297,7 +299,7 @@ TEST_F(CudaKernels, AttentionMatchesExactSoftmaxWithGqaAndWindow) {
       }
     }
   }
-  EXPECT_THROW(cuda::attention(nullptr, nullptr, nullptr, nullptr, 1, 0, 3, 2, 8, 0, stream_), Error);
+  EXPECT_THROW(cuda::attention(nullptr, nullptr, nullptr, nullptr, 1, 0, 3, 2, 8, 0, 1.0f, stream_), Error);
 }
 
 // ---- Matrix products ---------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class CudaOps final : public DeviceOps {
   void rope(float* x, int64_t heads, int64_t row_stride) override {
     for (const Run& r : runs_)
       cuda::rope(x + r.begin * row_stride, rope_cos_, rope_sin_, r.count, heads, cfg_.head_dim, cfg_.n_rot, row_stride,
-                 r.pos0, stream_);
+                 r.pos0, cfg_.rope_interleaved, stream_);
   }
 
   void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) override {
@@ -132,13 +132,20 @@ class CudaOps final : public DeviceOps {
       float* vc = kv_->v(r.slot, layer, 0);
       cuda::kv_store(kc, vc, k + r.begin * kv_dim, v + r.begin * kv_dim, r.count, kv_dim, r.pos0, stream_);
       cuda::attention(out + r.begin * q_dim, q + r.begin * q_dim, kc, vc, r.count, r.pos0, cfg_.n_head, cfg_.n_head_kv,
-                      cfg_.head_dim, window, stream_);
+                      cfg_.head_dim, window, cfg_.softmax_scale(), stream_);
     }
   }
 
-  // make_cuda_runner refuses MLA models: no kernels yet.
-  void attend_latent(float*, const float*, const float*, const float*, int64_t) override {
-    CHRONOS_CHECK_MSG(false, "multi-head latent attention on CUDA");
+  void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) override {
+    const ModelConfig& c = cfg_;
+    const LayerViews& l = views_.layers[size_t(layer)];
+    const int64_t rank = c.kv_lora_rank, rope = c.qk_rope_dim, width = rank + rope;
+    for (const Run& r : runs_) {
+      cuda::latent_attention(out + r.begin * c.attn_out_dim(), q + r.begin * c.q_dim(), latent + r.begin * rank,
+                             k_rot + r.begin * rope, kv_->k(r.slot, layer, 0), q_latent_ + r.begin * c.n_head * width,
+                             o_latent_ + r.begin * c.n_head * rank, l.mla_uk, l.mla_uv, r.count, r.pos0, c.n_head, rank,
+                             rope, c.qk_nope_dim, c.v_head_dim, c.softmax_scale(), stream_);
+    }
   }
 
   RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) override {
@@ -293,6 +300,13 @@ class CudaOps final : public DeviceOps {
       d.bv = upload_floats(h.bv, dense);
       d.q_norm = upload_floats(h.q_norm, dense);
       d.k_norm = upload_floats(h.k_norm, dense);
+      d.wq_a = upload_weight(h.wq_a, dense);
+      d.wq_b = upload_weight(h.wq_b, dense);
+      d.wkv_a = upload_weight(h.wkv_a, dense);  // wkv_b is only read as mla_uk and mla_uv
+      d.q_a_norm = upload_floats(h.q_a_norm, dense);
+      d.kv_a_norm = upload_floats(h.kv_a_norm, dense);
+      d.mla_uk = upload_floats(h.mla_uk, dense);
+      d.mla_uv = upload_floats(h.mla_uv, dense);
       if (cfg_.is_moe_layer(int64_t(il))) {
         d.router = upload_weight(h.router, dense);
         d.router_bias = upload_floats(h.router_bias, dense);
@@ -317,9 +331,13 @@ class CudaOps final : public DeviceOps {
     act_.x = device_array<float>(b * d, ws);
     act_.xn = device_array<float>(b * d, ws);
     act_.q = device_array<float>(b * c.q_dim(), ws);
-    act_.k = device_array<float>(b * c.kv_dim(), ws);
-    act_.v = device_array<float>(b * c.kv_dim(), ws);
-    act_.attn = device_array<float>(b * c.q_dim(), ws);
+    act_.k = device_array<float>(b * std::max(c.kv_dim(), c.kv_lora_rank), ws);  // MLA: the latent
+    act_.v = device_array<float>(b * std::max(c.kv_dim(), c.qk_rope_dim), ws);   // MLA: the rotary key
+    act_.attn = device_array<float>(b * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank}), ws);
+    if (c.mla()) {
+      q_latent_ = device_array<float>(b * c.n_head * (c.kv_lora_rank + c.qk_rope_dim), ws);
+      o_latent_ = device_array<float>(b * c.n_head * c.kv_lora_rank, ws);
+    }
     act_.ffn_out = device_array<float>(b * d, ws);
     act_.ff_gate = device_array<float>(rows * n_ff, ws);
     act_.ff_up = device_array<float>(b * n_ff, ws);
@@ -337,7 +355,7 @@ class CudaOps final : public DeviceOps {
     ids_ = device_array<int32_t>(b, ws);
     // cuBLAS inputs split into hi + lo halves of the weight dtype (Blas::gemm): two 2-byte values
     // per element of the widest activation of any product.
-    const int64_t widest = std::max({d, c.q_dim(), n_ff});
+    const int64_t widest = std::max({d, c.q_dim(), c.attn_out_dim(), c.q_lora_rank, c.kv_lora_rank, n_ff});
     converted_ = device_alloc(b * widest * 4, ws);
     allocate_weight_tile();
     std::vector<float> cos, sin;
@@ -465,6 +483,7 @@ class CudaOps final : public DeviceOps {
   std::vector<TypedTask> typed_tasks_;  // one wave's present experts, grouped by type before launch
   size_t task_base_ = 0;                // where the layer's next wave starts in host_tasks_/tasks_
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+  float *q_latent_ = nullptr, *o_latent_ = nullptr;  // MLA's per-head queries and outputs in the latent
 
   int32_t *host_ids_ = nullptr, *host_top_ids_ = nullptr, *host_gather_ = nullptr, *host_token_rows_ = nullptr;
   float *host_top_w_ = nullptr, *host_probs_ = nullptr, *host_values_ = nullptr, *host_logits_ = nullptr;
@@ -529,9 +548,6 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backe
   CHRONOS_CHECK(n_ctx > 0 && batch > 0 && n_seq > 0);
   if (model.experts_streamed() && hooks.experts == nullptr)
     throw_error("a pack folder's experts need an expert streamer");
-  if (model.config().mla())
-    throw_error("{}: multi-head latent attention runs on the CPU only for now (--device cpu)",
-                model.config().arch_name());
   return std::make_unique<CudaRunner>(model, *cuda, n_ctx, batch, std::move(hooks), n_seq);
 }
 
