@@ -37,6 +37,20 @@ std::optional<int64_t> GgufFacts::tensor_rows(const std::string& name) const {
   return t->shape[t->shape.size() - 2];
 }
 bool GgufFacts::has_tensor(const std::string& name) const { return file.find(name) != nullptr; }
+int64_t GgufFacts::leading_dense_layers(int64_t n_layer) const {
+  const auto is_dense = [&](int64_t il) {
+    return std::find(dense_layers.begin(), dense_layers.end(), il) != dense_layers.end();
+  };
+  int64_t first_dense = 0;
+  while (first_dense < n_layer && is_dense(first_dense)) ++first_dense;
+  for (const int64_t il : dense_layers)
+    if (il >= first_dense && il < n_layer)
+      throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing: only leading layers may be dense", path, il);
+  if (const auto count = int_key("leading_dense_block_count"); count && *count != first_dense)
+    throw_error("{}: key {} = {}, but the first {} layers have no router", path, key("leading_dense_block_count"),
+                *count, first_dense);
+  return first_dense;
+}
 
 bool is_gguf_path(const std::filesystem::path& path) {
   std::string extension = path.extension().string();

@@ -77,6 +77,10 @@ struct GgufFacts {
   // Rows of a named tensor with at least two dimensions.
   std::optional<int64_t> tensor_rows(const std::string& name) const;
   bool has_tensor(const std::string& name) const;
+  // How many leading layers of the first n_layer are dense (have no router), checked: no later
+  // layer may be dense, and leading_dense_block_count, when present, must agree. Throws Error naming
+  // the tensor or the key.
+  int64_t leading_dense_layers(int64_t n_layer) const;
 };
 
 // The Hugging Face names a GGUF file's tensors map to where architectures differ.

@@ -6,7 +6,6 @@
 // sigmoid + correction bias with groups (noaux_tc).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -163,18 +162,7 @@ void gguf_config(const GgufFacts& f, nlohmann::json& j) {
   j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
   if (f.n_ff) j["intermediate_size"] = *f.n_ff;
   j["n_shared_experts"] = f.int_key("expert_shared_count").value_or(0);
-  int64_t first_dense = 0;  // the dense layers must be the leading ones
-  const auto is_dense = [&](int64_t il) {
-    return std::find(f.dense_layers.begin(), f.dense_layers.end(), il) != f.dense_layers.end();
-  };
-  while (first_dense < f.n_layer && is_dense(first_dense)) ++first_dense;
-  for (const int64_t il : f.dense_layers)
-    if (il >= first_dense)
-      throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing: only leading layers may be dense", f.path, il);
-  if (const auto key = f.int_key("leading_dense_block_count"); key && *key != first_dense)
-    throw_error("{}: key {} = {}, but the first {} layers have no router", f.path, f.key("leading_dense_block_count"),
-                *key, first_dense);
-  j["first_k_dense_replace"] = first_dense;
+  j["first_k_dense_replace"] = f.leading_dense_layers(f.n_layer);
   j["routed_scaling_factor"] = f.file_float("expert_weights_scale").value_or(1.0);
   j["norm_topk_prob"] = f.norm_topk.value_or(false);
   const int64_t groups = f.int_key("expert_group_count").value_or(1);
