@@ -132,6 +132,12 @@ const ArchSpec& arch_spec(Arch arch);
 // routed_scaling_factor, n_group and topk_group of a group-limited router, checked against the
 // expert counts (one line naming the key).
 void read_router_groups(const nlohmann::json& json, ModelConfig& cfg);
+// DeepSeek-style MoE keys (GLM-4 MoE, DeepSeek-V2/V3): n_routed_experts, moe_intermediate_size,
+// n_shared_experts (one ungated FFN of that many times the width), intermediate_size for the dense
+// layers, norm_topk_prob, the router's groups and scaling, and first_k_dense_replace leading dense
+// layers; every layer's attention is `attention`, a MoE layer's router `router`.
+void read_routed_experts(const nlohmann::json& json, ModelConfig& cfg, AttentionKind attention, RouterKind router,
+                         bool norm_default);
 
 // Shared helpers for the arch files: the tensors every Llama-style decoder has.
 void add_global_tensors(const ModelConfig& cfg, std::vector<TensorSpec>& out);

@@ -36,6 +36,24 @@ const ArchSpec& arch_spec(Arch arch) {
   return arch_mixtral();
 }
 
+void read_routed_experts(const nlohmann::json& j, ModelConfig& c, AttentionKind attention, RouterKind router,
+                         bool norm_default) {
+  c.n_expert = json_int_or(j, "n_routed_experts", 0);
+  c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
+  const int64_t n_shared = json_int_or(j, "n_shared_experts", 0);
+  if (n_shared < 0 || n_shared > 64) throw_error("key 'n_shared_experts' must be in [0, 64] (got {})", n_shared);
+  c.n_ff_shared = c.n_ff_expert * n_shared;  // the shared experts are one FFN of n_shared times the width
+  c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
+  c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", norm_default);
+  read_router_groups(j, c);
+  const int64_t first_dense = json_int_or(j, "first_k_dense_replace", 0);
+  if (first_dense < 0 || first_dense > c.n_layer)
+    throw_error("key 'first_k_dense_replace' must be in [0, num_hidden_layers = {}] (got {})", c.n_layer, first_dense);
+  c.layers.assign(size_t(c.n_layer), LayerKind{attention, FfnKind::kDense, RouterKind::kSoftmaxTopK});
+  for (int64_t i = first_dense; i < c.n_layer && c.n_expert > 0; ++i)
+    c.layers[size_t(i)] = LayerKind{attention, FfnKind::kMoe, router};
+}
+
 void read_router_groups(const nlohmann::json& j, ModelConfig& c) {
   c.routed_scaling = float(json_number_or(j, "routed_scaling_factor", 1.0));
   if (!(c.routed_scaling > 0.0f) || !std::isfinite(c.routed_scaling))

@@ -55,25 +55,12 @@ void read_mla(const nlohmann::json& j, ModelConfig& c) {
 }
 
 void read_moe(const nlohmann::json& j, ModelConfig& c, RouterKind router, bool norm_default) {
-  c.n_expert = json_int_or(j, "n_routed_experts", 0);
-  c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
-  const int64_t n_shared = json_int_or(j, "n_shared_experts", 0);
-  if (n_shared < 0 || n_shared > 64) throw_error("key 'n_shared_experts' must be in [0, 64] (got {})", n_shared);
-  c.n_ff_shared = c.n_ff_expert * n_shared;  // the shared experts are one FFN of n_shared times the width
-  c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
-  c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", norm_default);
-  read_router_groups(j, c);
+  read_routed_experts(j, c, AttentionKind::kMla, router, norm_default);
   if (json_int_or(j, "moe_layer_freq", 1) != 1)
     throw_error("key 'moe_layer_freq': only 1 (every layer after the dense ones) is supported (got {})",
                 json_int_or(j, "moe_layer_freq", 1));
   c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-6));
   c.tie_word_embeddings = json_bool_or(j, "tie_word_embeddings", false);
-  const int64_t first_dense = json_int_or(j, "first_k_dense_replace", 0);
-  if (first_dense < 0 || first_dense > c.n_layer)
-    throw_error("key 'first_k_dense_replace' must be in [0, num_hidden_layers = {}] (got {})", c.n_layer, first_dense);
-  c.layers.assign(size_t(c.n_layer), LayerKind{AttentionKind::kMla, FfnKind::kDense, RouterKind::kSoftmaxTopK});
-  for (int64_t i = first_dense; i < c.n_layer && c.n_expert > 0; ++i)
-    c.layers[size_t(i)] = LayerKind{AttentionKind::kMla, FfnKind::kMoe, router};
 }
 
 void read_config_v2(const nlohmann::json& j, ModelConfig& c) {
