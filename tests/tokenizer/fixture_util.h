@@ -25,6 +25,7 @@ inline std::vector<std::string> tokenizer_fixture_names() {
   return {"qwen2",
           "mistral",
           "mistral_metaspace",
+          "deepseek_v3",
           "synth_bytelevel",
           "synth_ignore_merges",
           "synth_metaspace",

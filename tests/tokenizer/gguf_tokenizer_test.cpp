@@ -88,12 +88,27 @@ std::filesystem::path gguf_fixture(const std::string& name) {
 
 Tokenizer load_gguf(const std::filesystem::path& path) { return Tokenizer::from_gguf(*GgufFile::open(path)); }
 
-// The qwen2 fixture's GGUF form is 5.9 MB, too large to commit: the test writes it from the
-// tokenizer.json the way tools/gguf_vocab.py does (the byte-level path: tokens by id, added tokens
-// as their text, CONTROL when special or "<|...|>", merges as "a b").
-std::filesystem::path write_qwen2_gguf() {
-  const auto path = temp_path("qwen2.gguf");  // per test: ctest may run the cases in parallel
-  const auto folder = test::tokenizer_fixture("qwen2");
+// The real vocabularies' GGUF forms (qwen2 5.9 MB, deepseek_v3 5.6 MB) are too large to commit: the
+// test writes them from the tokenizer.json the way tools/gguf_vocab.py does (the byte-level path:
+// tokens by id, added tokens as their text, CONTROL when special or "<|...|>", merges as "a b"),
+// with the architecture and tokenizer.ggml.pre llama.cpp's converter gives the family.
+struct RealVocab {
+  const char* arch;
+  const char* pre;
+};
+const std::map<std::string, RealVocab> kRealVocabs = {{"qwen2", {"qwen2moe", "qwen2"}},
+                                                      {"deepseek_v3", {"deepseek2", "deepseek-v3"}}};
+
+// A token named by tokenizer_config.json: a string, or an AddedToken object with its content.
+std::string config_token(const json& config, const char* key) {
+  const auto& node = config.at(key);
+  return node.is_string() ? node.get<std::string>() : node.at("content").get<std::string>();
+}
+
+std::filesystem::path write_real_gguf(const std::string& name) {
+  const RealVocab& family = kRealVocabs.at(name);
+  const auto path = temp_path(name + ".gguf");  // per test: ctest may run the cases in parallel
+  const auto folder = test::tokenizer_fixture(name);
   const auto root = test::read_json(folder / "tokenizer.json");
   const auto config = test::read_json(folder / "tokenizer_config.json");
   std::map<int32_t, std::pair<std::string, int32_t>> by_id;  // id -> (text, type)
@@ -113,17 +128,21 @@ std::filesystem::path write_qwen2_gguf() {
     types.push_back(entry.second);
   }
   KvWriter w;
-  w.string("general.architecture", "qwen2moe");
+  w.string("general.architecture", family.arch);
   w.string("tokenizer.ggml.model", "gpt2");
-  w.string("tokenizer.ggml.pre", "qwen2");
+  w.string("tokenizer.ggml.pre", family.pre);
   w.strings("tokenizer.ggml.tokens", tokens);
   w.i32s("tokenizer.ggml.token_type", types);
   w.strings("tokenizer.ggml.merges", root["model"]["merges"].get<std::vector<std::string>>());
-  w.u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(ids.at(config["eos_token"].get<std::string>())));
-  w.u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(ids.at(config["pad_token"].get<std::string>())));
+  if (config.contains("bos_token") && !config["bos_token"].is_null()) {
+    w.u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(ids.at(config_token(config, "bos_token"))));
+  }
+  w.u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(ids.at(config_token(config, "eos_token"))));
+  w.u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(ids.at(config_token(config, "pad_token"))));
   w.boolean("tokenizer.ggml.add_bos_token", false);
   std::ifstream jinja(folder / "chat_template.jinja");
-  w.string("tokenizer.chat_template", std::string(std::istreambuf_iterator<char>(jinja), {}));
+  w.string("tokenizer.chat_template",
+           jinja ? std::string(std::istreambuf_iterator<char>(jinja), {}) : config["chat_template"].get<std::string>());
   return w.write(path);
 }
 
@@ -144,9 +163,10 @@ std::set<std::string> flagged_added_tokens(const std::string& fixture) {
 class GgufReference : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const auto path = GetParam() == "qwen2" ? write_qwen2_gguf() : gguf_fixture(GetParam());
+    const bool written = kRealVocabs.contains(GetParam());
+    const auto path = written ? write_real_gguf(GetParam()) : gguf_fixture(GetParam());
     tokenizer_ = std::make_unique<Tokenizer>(load_gguf(path));
-    if (GetParam() == "qwen2") std::filesystem::remove(path);
+    if (written) std::filesystem::remove(path);
     cases_ = test::read_json(test::tokenizer_fixture(GetParam()) / "cases.json");
     flagged_ = flagged_added_tokens(GetParam());
   }
@@ -221,7 +241,8 @@ TEST_P(GgufReference, SpecialIdsVocabSizeAndChatTemplateCarryOver) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GgufReference, ::testing::Values("synth_bytelevel", "mistral", "qwen2"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GgufReference,
+                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3"),
                          [](const auto& info) { return info.param; });
 
 TEST(GgufTokenizer, SentencePieceMergesAreTheConvertersMerges) {
@@ -301,10 +322,10 @@ TEST(GgufTokenizer, WrongModelNameIsRefusedByName) {
 TEST(GgufTokenizer, UnknownPreTokenizerIsRefusedByName) {
   KvWriter w;
   w.string("tokenizer.ggml.model", "gpt2");
-  w.string("tokenizer.ggml.pre", "deepseek-v3");
+  w.string("tokenizer.ggml.pre", "kimi-k2");
   tiny_vocab(w);
   EXPECT_EQ(gguf_error(w, "pre.gguf"),
-            "tokenizer.ggml.pre 'deepseek-v3' is not supported (qwen2, olmo, gpt-2, llama-bpe, default are)");
+            "tokenizer.ggml.pre 'kimi-k2' is not supported (qwen2, deepseek-v3, olmo, gpt-2, llama-bpe, default are)");
 }
 
 TEST(GgufTokenizer, MismatchedArrayLengthsNameTheKey) {
