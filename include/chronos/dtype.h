@@ -85,6 +85,27 @@ inline uint16_t f32_to_bf16(float value) {
   return uint16_t(bits >> 16);
 }
 
+// OCP FP8 E4M3 (torch.float8_e4m3fn): exponent bias 7, no infinities, 0x7F and 0xFF are NaN, 448
+// the largest finite value; exact in f32.
+inline float f8e4m3_to_f32(uint8_t bits) {
+  const uint32_t sign = uint32_t(bits & 0x80u) << 24;
+  const uint32_t exponent = (bits >> 3) & 0xfu;
+  const uint32_t mantissa = bits & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) return std::bit_cast<float>(sign | 0x7fc00000u);
+  if (exponent == 0) {  // subnormal: mantissa / 8 * 2^-6
+    const float magnitude = float(mantissa) * 0x1p-9f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+inline bool f8e4m3_is_nan(uint8_t bits) { return (bits & 0x7fu) == 0x7fu; }
+// E8M0 (float8_e8m0fnu), an exponent alone: 2^(bits - 127); 0xFF is NaN.
+inline float f8e8m0_to_f32(uint8_t bits) {
+  if (bits == 0xff) return std::bit_cast<float>(0x7fc00000u);
+  if (bits == 0) return 0x1p-127f;
+  return std::bit_cast<float>(uint32_t(bits) << 23);
+}
+
 inline float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
   uint32_t exponent = (h >> 10) & 0x1fu;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -239,13 +240,23 @@ struct MoeCounters {
   int64_t zero_output_tokens = 0;  // token-layers whose every selected expert was missing (no shared expert)
 };
 
+struct ModelLoadOptions {
+  // FP8 block-scaled matrices (ModelConfig::fp8_block_rows) stay F8_E4M3 views of the file with
+  // their scales, which only weight_row_to_f32 reads (chronos pack converts them expert by expert,
+  // inspect counts them). By default they are dequantized to BF16 at load, as transformers does on a
+  // CPU, so that the forward runs them.
+  bool keep_fp8 = false;
+};
+
 class Model {
  public:
   // Reads config.json and the safetensors of `dir`, checks every tensor against the
   // architecture's table (name, dtype, shape) and binds the weights (memory-mapped, no copy).
   // `dir` may also be a .gguf file: its key-values make the config and its tensors are bound under
   // their Hugging Face names (docs/formats.md, GGUF input).
-  static std::unique_ptr<Model> load(const std::filesystem::path& dir);
+  // An F8_E4M3 matrix needs its X_scale_inv beside it (F32, BF16 or F8_E8M0, one per block) and
+  // config.json's fp8 quantization_config (ModelLoadOptions).
+  static std::unique_ptr<Model> load(const std::filesystem::path& dir, const ModelLoadOptions& options = {});
   ~Model();
 
   const ModelConfig& config() const { return config_; }
@@ -291,6 +302,10 @@ class Model {
 
   // True when the routed experts were not bound at load (a pack folder): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
+  // A tensor stored as FP8 with block scales, as a view that weight_row_to_f32 reads (also after
+  // it was dequantized for the forward); null for any other tensor. The name of its scale tensor is
+  // the name + "_scale_inv".
+  const WeightView* fp8_weight(std::string_view name) const;
   static MoeCounters& counters(Scratch& scratch);
 
  private:
@@ -313,6 +328,9 @@ class Model {
   ModelWeights weights_;
   ModelSizes sizes_;
   bool experts_streamed_ = false;
+  std::map<std::string, WeightView, std::less<>> fp8_weights_;  // FP8 tensors by name, with their scales
+  std::vector<std::vector<float>> fp8_scales_;                  // their scales in f32
+  std::vector<std::vector<std::byte>> dequantized_;             // their BF16 copies, unless keep_fp8
 };
 
 }  // namespace chronos

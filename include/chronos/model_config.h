@@ -111,6 +111,10 @@ struct ModelConfig {
   QkNorm qk_norm = QkNorm::kNone;
   std::optional<float> clip_qkv;  // OLMoE
   bool tie_word_embeddings = false;
+  // FP8 block-scaled weights (quantization_config quant_method "fp8", as DeepSeek-V3/R1, Kimi-K2,
+  // GLM-4.5 and MiniMax-M2 ship them): an F8_E4M3 matrix X.weight scaled by X.weight_scale_inv, one
+  // scale per fp8_block_rows x fp8_block_cols block. 0: the checkpoint has none.
+  int64_t fp8_block_rows = 0, fp8_block_cols = 0;
 
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // config.json, then generation_config.json

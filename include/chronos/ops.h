@@ -16,11 +16,18 @@ class ThreadPool;
 // cols = in features, row r at data + r * dtype_row_bytes(dtype, cols). For a block type
 // (Q8_0 ... Q6_K) cols must be a multiple of dtype_block_elements(dtype); the ops use the exact
 // dequantized weights (dequantize_row) with f32 or 8-bit activations (ops::block_activation_mode).
+//
+// An F8_E4M3 matrix is block-scaled (FP8 checkpoints, DeepSeek-V3 style): element (r, c) is its FP8
+// value times scale[(r / scale_rows) * ceil(cols / scale_cols) + c / scale_cols], rounded to BF16 as
+// transformers dequantizes it. Only
+// weight_row_to_f32 reads it (packing and load-time conversion); the ops refuse it.
 struct WeightView {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
+  const float* scale = nullptr;  // F8_E4M3 only: [ceil(rows / scale_rows), ceil(cols / scale_cols)]
+  int64_t scale_rows = 0, scale_cols = 0;
 };
 
 // Instruction set the kernels run with; kScalar is the reference.

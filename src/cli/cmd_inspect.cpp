@@ -140,7 +140,7 @@ int run_inspect(const InspectArgs& args) {
   if (!args.model.empty() && !args.positional.empty())
     throw UsageError("give the model folder once (-m or positional)");
   const auto dir = resolve_model_dir(args.model.empty() ? args.positional : args.model);
-  const auto model = Model::load(dir);
+  const auto model = Model::load(dir, ModelLoadOptions{.keep_fp8 = true});  // FP8 counted as stored
   const ModelConfig& c = model->config();
   const ModelSizes& s = model->sizes();
   // Checked before anything is printed: a pack that disagrees with its config is an error.
@@ -263,6 +263,11 @@ int run_inspect(const InspectArgs& args) {
   for (size_t i = 0; i < classes.size(); ++i)
     fmt::print("{:<17}{:<19} {:<12} {}\n", i == 0 ? "weights" : "", classes[i].name,
                fmt::format("{}", fmt::join(classes[i].types, ",")), human_bytes(classes[i].bytes));
+  if (c.fp8_block_rows > 0 && !pack)
+    fmt::print(
+        "FP8              F8_E4M3 weights, one scale per {}x{} block: dequantized to BF16 to run; chronos pack "
+        "converts them (BF16 unless --expert-type / --dense-type)\n",
+        c.fp8_block_rows, c.fp8_block_cols);
   if (!file_types.empty()) {
     int64_t n_tensors = 0;
     std::vector<std::string> counts;

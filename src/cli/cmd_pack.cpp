@@ -61,7 +61,8 @@ int run_pack(const PackArgs& args) {
   if (args.threads < 0) throw UsageError("--threads must be 0 (every hardware thread) or more");
   options.threads = args.threads;
   const auto dir = resolve_model_dir(args.model);
-  const auto model = Model::load(dir);
+  // FP8 weights stay FP8 until each is converted (an FP8 checkpoint need not fit in memory as BF16).
+  const auto model = Model::load(dir, ModelLoadOptions{.keep_fp8 = true});
   const bool tty = isatty(fileno(stderr));
   const PackSummary s = write_pack(*model, dir, args.out, options, [&](int64_t done, int64_t total) {
     if (tty) fmt::print(stderr, "\rpack: cluster {}/{}", done, total);

@@ -126,8 +126,12 @@ CoactivationGraph coactivation_from_traces(const ModelConfig& c, const fs::path&
 }
 
 PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::path& out_dir,
-                       const PackOptions& options, const std::function<void(int64_t, int64_t)>& on_cluster) {
+                       const PackOptions& requested, const std::function<void(int64_t, int64_t)>& on_cluster) {
   const ModelConfig& c = model.config();
+  // FP8 weights are always converted: to --expert-type / --dense-type, by default to BF16 (what
+  // transformers dequantizes them to).
+  PackOptions options = requested;
+  if (!options.expert_type && model.sizes().expert_dtype == DType::kF8E4M3) options.expert_type = DType::kBF16;
   if (model.experts_streamed()) throw_error("{}: already a pack", model_dir.string());
   if (c.n_moe_layers() == 0) throw_error("{}: the model has no MoE layer", model_dir.string());
   if (fs::exists(out_dir)) throw_error("{}: already exists (remove it or choose another -o)", out_dir.string());
@@ -265,21 +269,33 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   std::vector<std::vector<std::byte>> dense_storage;
   dense_storage.reserve(convertible.size());
   nlohmann::json quantized = nlohmann::json::object();
+  // A converted matrix (its bytes the last of dense_storage); a block-typed one is U8 [bytes].
+  const auto add_converted = [&](const TensorInfo& t, const WeightView& w) {
+    const std::span<const std::byte> bytes(static_cast<const std::byte*>(w.data), dense_storage.back().size());
+    if (dtype_is_block(w.dtype)) {
+      dense.push_back({t.name, DType::kU8, {int64_t(bytes.size())}, bytes});
+      quantized[t.name] = {{"dtype", std::string(dtype_name(w.dtype))}, {"shape", t.shape}};
+    } else {
+      dense.push_back({t.name, w.dtype, t.shape, bytes});
+    }
+    summary.dense_bytes += int64_t(bytes.size());
+  };
   for (const TensorInfo* t : all_tensors) {
     if (expert_names.count(t->name)) continue;
+    if (t->name.ends_with("_scale_inv") &&
+        model.fp8_weight(std::string_view(t->name).substr(0, t->name.size() - 10)) != nullptr)
+      continue;  // an FP8 weight's block scales: used by its conversion below
+    if (const WeightView* fp8 = model.fp8_weight(t->name)) {
+      DType target = options.dense_type.value_or(DType::kBF16);
+      if (dtype_is_block(target) && fp8->cols % 32 != 0) target = DType::kBF16;  // no block fits the row
+      add_converted(*t, convert_weight(*fp8, target, dense_storage.emplace_back(), &pool));
+      continue;
+    }
     if (options.dense_type && convertible.count(t->name) && !(options.dense_type == t->dtype)) {
       const WeightView source{t->data, t->dtype, t->shape[0], t->shape[1]};
       // A matrix whose rows fit no block (not a multiple of 32) keeps its type.
       if (!dtype_is_block(*options.dense_type) || t->shape[1] % 32 == 0) {
-        const WeightView w = convert_weight(source, *options.dense_type, dense_storage.emplace_back(), &pool);
-        const std::span<const std::byte> bytes(static_cast<const std::byte*>(w.data), dense_storage.back().size());
-        if (dtype_is_block(w.dtype)) {
-          dense.push_back({t->name, DType::kU8, {int64_t(bytes.size())}, bytes});
-          quantized[t->name] = {{"dtype", std::string(dtype_name(w.dtype))}, {"shape", t->shape}};
-        } else {
-          dense.push_back({t->name, w.dtype, t->shape, bytes});
-        }
-        summary.dense_bytes += int64_t(bytes.size());
+        add_converted(*t, convert_weight(source, *options.dense_type, dense_storage.emplace_back(), &pool));
         continue;
       }
     }

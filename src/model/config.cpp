@@ -62,6 +62,31 @@ std::vector<int32_t> read_token_ids(const json& value, const char* key) {
 }
 
 // rope_scaling (transformers v4) or rope_parameters (v5).
+// quantization_config: FP8 with per-block weight scales is read (the weights are dequantized at load
+// or converted by pack); any other method is refused by name.
+void read_quantization(const json& j, ModelConfig& cfg) {
+  if (!j.contains("quantization_config")) return;
+  const json& q = j["quantization_config"];
+  if (!q.is_object()) throw_error("key 'quantization_config' is not an object");
+  const std::string method = q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"] : "";
+  if (method != "fp8")
+    throw_error(
+        "quantization_config.quant_method '{}' is not supported (fp8 with weight_block_size is; for other types "
+        "convert the checkpoint to GGUF or pack it from bf16)",
+        method);
+  if (q.contains("fmt") && q["fmt"] != "e4m3")
+    throw_error("quantization_config.fmt {} is not supported (e4m3)", q["fmt"].dump());
+  const json block = q.contains("weight_block_size") ? q["weight_block_size"] : json();
+  if (!block.is_array() || block.size() != 2 || !block[0].is_number_integer() || !block[1].is_number_integer() ||
+      block[0].get<int64_t>() <= 0 || block[1].get<int64_t>() <= 0)
+    throw_error(
+        "quantization_config.weight_block_size {} is not two positive sizes (per-tensor FP8 scales are not "
+        "supported)",
+        block.dump());
+  cfg.fp8_block_rows = block[0].get<int64_t>();
+  cfg.fp8_block_cols = block[1].get<int64_t>();
+}
+
 void read_rope(const json& j, ModelConfig& cfg) {
   const json* params = nullptr;
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) params = &j["rope_parameters"];
@@ -271,7 +296,7 @@ ModelConfig parse_config(const json& j) {
     cfg.n_rot = int64_t(double(cfg.head_dim) * partial);
     if (json_number_or(j, "router_jitter_noise", 0.0) != 0.0)
       spdlog::debug("config.json: router_jitter_noise is a training option; ignored");
-    if (j.contains("quantization_config")) throw_error("quantized checkpoints (quantization_config) are not supported");
+    read_quantization(j, cfg);
     read_rope(j, cfg);
     arch->read_config(j, cfg);  // expert counts, FFN sizes, norms, biases, windows, eps
     if (j.contains("bos_token_id")) {

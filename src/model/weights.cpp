@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -155,7 +157,71 @@ void split_kv_b(const ModelConfig& c, LayerWeights& l) {
   }
 }
 
+// An F8_E4M3 matrix and its block scales (ModelConfig::fp8_block_rows): the scales, checked and in
+// f32, go to `scales`; every FP8 value is checked not to be NaN.
+WeightView fp8_view(const TensorInfo& t, const TensorInfo* scale, const ModelConfig& c, std::vector<float>& scales) {
+  if (c.fp8_block_rows == 0)
+    throw_error(
+        "{}: tensor {}: F8_E4M3 weights need config.json's quantization_config (quant_method fp8, "
+        "weight_block_size)",
+        t.file, t.name);
+  const int64_t rows = t.shape[0], cols = t.shape[1];
+  const int64_t br = c.fp8_block_rows, bc = c.fp8_block_cols;
+  const std::vector<int64_t> grid = {(rows + br - 1) / br, (cols + bc - 1) / bc};
+  const std::string scale_name = t.name + "_scale_inv";
+  if (scale == nullptr)
+    throw_error("{}: tensor {}: no {} beside it (FP8 weights are scaled per {}x{} block)", t.file, t.name, scale_name,
+                br, bc);
+  if (scale->shape != grid)
+    throw_error("{}: tensor {}: shape [{}], expected [{}] (one scale per {}x{} block of {} [{}, {}])", scale->file,
+                scale_name, fmt::join(scale->shape, ","), fmt::join(grid, ","), br, bc, t.name, rows, cols);
+  if (scale->dtype != DType::kF32 && scale->dtype != DType::kBF16 && scale->dtype != DType::kF8E8M0)
+    throw_error("{}: tensor {}: dtype {} is not supported (F32, BF16 or F8_E8M0)", scale->file, scale_name,
+                dtype_name(scale->dtype));
+  scales.resize(size_t(grid[0] * grid[1]));
+  const auto* raw = reinterpret_cast<const uint8_t*>(scale->data);
+  for (size_t i = 0; i < scales.size(); ++i) {
+    float value;
+    if (scale->dtype == DType::kF32) {
+      std::memcpy(&value, raw + i * 4, 4);
+    } else if (scale->dtype == DType::kBF16) {
+      uint16_t bits;
+      std::memcpy(&bits, raw + i * 2, 2);
+      value = bf16_to_f32(bits);
+    } else {
+      value = f8e8m0_to_f32(raw[i]);
+    }
+    if (!std::isfinite(value))
+      throw_error("{}: tensor {}: the scale of block ({}, {}) is {}", scale->file, scale_name, int64_t(i) / grid[1],
+                  int64_t(i) % grid[1], value);
+    scales[i] = value;
+  }
+  const auto* bytes = reinterpret_cast<const uint8_t*>(t.data);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if (f8e4m3_is_nan(bytes[i]))
+      throw_error("{}: tensor {}: element ({}, {}) is an FP8 NaN (0x{:02X})", t.file, t.name, i / cols, i % cols,
+                  bytes[i]);
+  return WeightView{t.data, DType::kF8E4M3, rows, cols, scales.data(), br, bc};
+}
+
+// The BF16 copy of a matrix, rounded from its f32 values as torch rounds.
+WeightView to_bf16(const WeightView& w, std::vector<std::byte>& storage) {
+  storage.resize(size_t(w.rows * w.cols * 2));
+  auto* out = reinterpret_cast<uint16_t*>(storage.data());
+  std::vector<float> row(size_t(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    ops::weight_row_to_f32(row.data(), w, r);
+    for (int64_t i = 0; i < w.cols; ++i) out[r * w.cols + i] = f32_to_bf16(row[size_t(i)]);
+  }
+  return WeightView{storage.data(), DType::kBF16, w.rows, w.cols};
+}
+
 }  // namespace
+
+const WeightView* Model::fp8_weight(std::string_view name) const {
+  const auto it = fp8_weights_.find(name);
+  return it == fp8_weights_.end() ? nullptr : &it->second;
+}
 
 int64_t FfnWeights::n_bytes() const {
   auto bytes = [](const WeightView& w) { return w.rows * dtype_row_bytes(w.dtype, w.cols); };
@@ -168,7 +234,7 @@ std::vector<const TensorInfo*> Model::all_tensors() const { return gguf_ ? gguf_
 
 const GgufFile* Model::gguf_file() const { return gguf_ ? gguf_->file.get() : nullptr; }
 
-std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
+std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const ModelLoadOptions& options) {
   std::unique_ptr<Model> model(new Model());
   // A .gguf file: the config from its key-values, its tensors under the HF names (gguf_tensors.h).
   const bool gguf = is_gguf_path(dir);
@@ -248,9 +314,30 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir) {
         matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
       continue;
     }
+    if (t->dtype == DType::kF8E4M3) {  // FP8 with block scales: a view that converts, or its BF16 copy
+      if (is_vector_role(spec.role) || spec.shape.size() != 2 || t->shape != spec.shape)
+        throw_error("{}: tensor {}: F8_E4M3 [{}], expected a matrix [{}]", t->file, spec.name, fmt::join(t->shape, ","),
+                    fmt::join(spec.shape, ","));
+      const std::string scale_name = spec.name + "_scale_inv";
+      WeightView view = fp8_view(*t, find(scale_name), c, model->fp8_scales_.emplace_back());
+      model->fp8_weights_.emplace(spec.name, view);
+      if (!options.keep_fp8) view = to_bf16(view, model->dequantized_.emplace_back());
+      used.insert(spec.name);
+      used.insert(scale_name);
+      const bool routed = spec.expert >= 0;
+      const int64_t n_bytes = view.rows * dtype_row_bytes(view.dtype, view.cols);
+      (routed ? sizes.expert_params : sizes.dense_params) += t->n_elements();
+      (routed ? sizes.expert_bytes : sizes.dense_bytes) += n_bytes;
+      if (routed) expert_type_bytes[view.dtype] += n_bytes;
+      if (spec.layer < 0)
+        (spec.role == TensorRole::kTokenEmbd ? w.tok_embd : w.output) = view;
+      else
+        matrix_slot(w.layers[size_t(spec.layer)], spec) = view;
+      continue;
+    }
     if (!is_float_dtype(t->dtype))
-      throw_error("{}: tensor {}: dtype {} is not supported (F32, F16 or BF16)", t->file, spec.name,
-                  dtype_name(t->dtype));
+      throw_error("{}: tensor {}: dtype {} is not supported (F32, F16 or BF16{})", t->file, spec.name,
+                  dtype_name(t->dtype), c.fp8_block_rows > 0 ? ", or F8_E4M3 with block scales" : "");
     if (t->shape != spec.shape)
       throw_error("{}: tensor {}: shape [{}], expected [{}]", t->file, spec.name, fmt::join(t->shape, ","),
                   fmt::join(spec.shape, ","));

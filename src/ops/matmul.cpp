@@ -192,6 +192,17 @@ void reserve_thread_buffers(ThreadPool& pool) {
 }
 
 void weight_row_to_f32(float* out, const WeightView& w, int64_t row) {
+  if (w.dtype == DType::kF8E4M3) {
+    if (w.scale == nullptr || w.scale_rows <= 0 || w.scale_cols <= 0)
+      throw_error("weight_row_to_f32: an F8_E4M3 weight needs its block scales");
+    if (row < 0 || row >= w.rows) throw_error("weight_row_to_f32: row {} is outside [0, {})", row, w.rows);
+    const auto* bytes = static_cast<const uint8_t*>(w.data) + row * w.cols;
+    const float* scale = w.scale + (row / w.scale_rows) * ((w.cols + w.scale_cols - 1) / w.scale_cols);
+    // Rounded to BF16, as transformers dequantizes: a pack converts the very weights it runs.
+    for (int64_t c = 0; c < w.cols; ++c)
+      out[c] = bf16_to_f32(f32_to_bf16(f8e4m3_to_f32(bytes[c]) * scale[c / w.scale_cols]));
+    return;
+  }
   check_weight(w, "weight_row_to_f32");
   if (row < 0 || row >= w.rows) throw_error("weight_row_to_f32: row {} is outside [0, {})", row, w.rows);
   const auto* bytes = static_cast<const uint8_t*>(w.data) + row * dtype_row_bytes(w.dtype, w.cols);
