@@ -25,7 +25,8 @@ import transformers
 from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,
                           DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
-                          Glm4MoeConfig, Glm4MoeForCausalLM, MiniMaxM2Config, MiniMaxM2ForCausalLM,
+                          Glm4MoeConfig, Glm4MoeForCausalLM, Glm4MoeLiteConfig, Glm4MoeLiteForCausalLM,
+                          MiniMaxM2Config, MiniMaxM2ForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM,
                           PreTrainedTokenizerFast, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
@@ -116,9 +117,10 @@ VARIANTS = [
     ("deepseek_v3-plain-f32", "deepseek_v3", torch.float32, {"plain": True}),
     ("deepseek_v2-f32", "deepseek_v2", torch.float32, {}),
     ("deepseek_v2-greedy-f32", "deepseek_v2", torch.float32, {"plain": True}),
+    ("glm4_moe_lite-f32", "glm4_moe_lite", torch.float32, {}),
 ]
 ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66,
-              "deepseek_v3": 77, "deepseek_v2": 88}
+              "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99}
 
 # DeepSeek's YaRN with both mscales present and different, so the rotary attention factor
 # (mscale / mscale_all_dim) and the softmax scale (mscale_all_dim squared) both differ from 1.
@@ -218,6 +220,16 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
             ds.update(topk_method="greedy", q_lora_rank=None, routed_scaling_factor=1.0,
                       first_k_dense_replace=0, rope_parameters=dict(common["rope_parameters"]))
         return DeepseekV2Config(**ds), DeepseekV2ForCausalLM
+    if arch == "glm4_moe_lite":
+        # GLM-4.7-Flash: DeepSeek-V3's MLA (q rank 24, latent 32, heads 16 + 8, v 12) with GLM's
+        # keys: the dense layer named by mlp_layer_types, default rope at theta 1e6 on adjacent
+        # pairs, 8 experts in 2 groups of which 1, top-2, renormalized, scaled by 1.8, one shared.
+        lite = dict(common, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=16,
+                    qk_rope_head_dim=8, v_head_dim=12, n_routed_experts=8, moe_intermediate_size=32,
+                    intermediate_size=96, mlp_layer_types=["dense", "sparse", "sparse"], n_group=2,
+                    topk_group=1, n_shared_experts=1, routed_scaling_factor=1.8, norm_topk_prob=True,
+                    rope_interleave=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+        return Glm4MoeLiteConfig(**lite), Glm4MoeLiteForCausalLM
     raise ValueError(arch)
 
 

@@ -12,7 +12,17 @@ namespace chronos {
 
 class GgufFile;
 
-enum class Arch { kMixtral, kQwen2Moe, kQwen3Moe, kOlmoe, kGlm4Moe, kMinimaxM2, kDeepseekV2, kDeepseekV3 };
+enum class Arch {
+  kMixtral,
+  kQwen2Moe,
+  kQwen3Moe,
+  kOlmoe,
+  kGlm4Moe,
+  kMinimaxM2,
+  kDeepseekV2,
+  kDeepseekV3,
+  kGlm4MoeLite,
+};
 
 enum class QkNorm {
   kNone,

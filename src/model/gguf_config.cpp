@@ -52,6 +52,13 @@ int64_t GgufFacts::leading_dense_layers(int64_t n_layer) const {
   return first_dense;
 }
 
+int64_t GgufFacts::main_layers() const {
+  const int64_t nextn = int_key("nextn_predict_layers").value_or(0);
+  if (nextn < 0 || nextn >= n_layer)
+    throw_error("{}: key {} = {} leaves no layers of {} blocks", path, key("nextn_predict_layers"), nextn, n_layer);
+  return n_layer - nextn;
+}
+
 bool is_gguf_path(const std::filesystem::path& path) {
   std::string extension = path.extension().string();
   std::transform(extension.begin(), extension.end(), extension.begin(),

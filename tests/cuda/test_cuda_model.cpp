@@ -144,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity,
                          ::testing::Values("mixtral-f32", "mixtral-bf16", "mixtral-tied-f32", "qwen2_moe-f32",
                                            "qwen2_moe-bf16", "qwen3_moe-f32", "qwen3_moe-bf16", "olmoe-f32",
                                            "olmoe-bf16", "glm4_moe-f32", "glm4_moe-plain-f32", "minimax_m2-f32",
-                                           "deepseek_v3-f32", "deepseek_v2-f32"));
+                                           "deepseek_v3-f32", "deepseek_v2-f32", "glm4_moe_lite-f32"));
 
 class CudaStreaming : public ::testing::Test {
  protected:

@@ -69,8 +69,7 @@ TEST_F(Fp8Pack, DefaultPackIsTheBf16PackOfTheDequantizedWeights) {
   const fs::path bf16 = pack("deepseek_v3-fp8-dequant", std::nullopt, std::nullopt, "bf16");
   EXPECT_EQ(PackManifest::parse(fp8).dtype, "BF16");
   const TensorStore dense = TensorStore::open(fp8 / "dense.safetensors");
-  for (const TensorInfo* t : dense.all())
-    EXPECT_FALSE(t->name.ends_with("_scale_inv")) << t->name;
+  for (const TensorInfo* t : dense.all()) EXPECT_FALSE(t->name.ends_with("_scale_inv")) << t->name;
   expect_same_pack(fp8, bf16);
 }
 

@@ -56,8 +56,12 @@ std::vector<std::pair<std::string, const WeightView*>> matrices(const ModelWeigh
   for (size_t il = 0; il < w.layers.size(); ++il) {
     const LayerWeights& l = w.layers[il];
     const std::string p = "layer " + std::to_string(il) + " ";
-    for (const auto& [name, view] : {std::pair{"q_a", &l.wq_a}, {"q_b", &l.wq_b}, {"kv_a", &l.wkv_a},
-                                     {"kv_b", &l.wkv_b}, {"o", &l.wo}, {"router", &l.router}})
+    for (const auto& [name, view] : {std::pair{"q_a", &l.wq_a},
+                                     {"q_b", &l.wq_b},
+                                     {"kv_a", &l.wkv_a},
+                                     {"kv_b", &l.wkv_b},
+                                     {"o", &l.wo},
+                                     {"router", &l.router}})
       out.emplace_back(p + name, view);
     for (const FfnWeights* ffn : {&l.dense, &l.shared})
       if (ffn->present())
@@ -125,7 +129,7 @@ TEST(Fp8, KeptFp8ViewsReadTheSameValues) {
 // kv_a_proj_with_mqa: 576 rows of 128-row blocks) is scaled by its own, partial block's scale.
 TEST(Fp8, PartialEdgeBlocksHaveTheirOwnScale) {
   const int64_t rows = 5, cols = 10;
-  std::vector<uint8_t> bytes(size_t(rows * cols), 0x38);  // E4M3 1.0
+  std::vector<uint8_t> bytes(size_t(rows * cols), 0x38);       // E4M3 1.0
   const std::vector<float> scales = {1.0f, 2.0f, 3.0f, 4.0f};  // [ceil(5/4), ceil(10/8)]
   const WeightView w{bytes.data(), DType::kF8E4M3, rows, cols, scales.data(), 4, 8};
   std::vector<float> row(static_cast<size_t>(cols));
@@ -243,8 +247,7 @@ TEST_F(Fp8Errors, NanValuesAndScalesAreErrors) {
   write([](TensorToWrite& t, std::vector<std::byte>& bytes) {
     if (t.name == kWeight) bytes[29] = std::byte{0x7f};
   });
-  EXPECT_NE(error().find("tensor " + kWeight + ": element (1, 5) is an FP8 NaN (0x7F)"), std::string::npos)
-      << error();
+  EXPECT_NE(error().find("tensor " + kWeight + ": element (1, 5) is an FP8 NaN (0x7F)"), std::string::npos) << error();
   write([](TensorToWrite& t, std::vector<std::byte>& bytes) {
     if (t.name != kWeight + "_scale_inv") return;
     const float inf = INFINITY;

@@ -270,6 +270,35 @@ json deepseek_v3() {  // the shapes of tests/fixtures/models/deepseek_v3-f32
             {"mscale_all_dim", 0.7}}}};
 }
 
+// GLM-4.7-Flash: DeepSeek-V3's model, its dense layers from mlp_layer_types.
+TEST_F(ConfigTest, Glm4MoeLiteIsDeepseekV3UnderGlmKeys) {
+  json j = deepseek_v3();
+  j["model_type"] = "glm4_moe_lite";
+  j.erase("first_k_dense_replace");
+  j["mlp_layer_types"] = {"dense", "dense", "sparse"};
+  const ModelConfig c = load(j);
+  EXPECT_EQ(c.arch, Arch::kGlm4MoeLite);
+  EXPECT_TRUE(c.mla());
+  EXPECT_FALSE(c.is_moe_layer(1));
+  EXPECT_TRUE(c.is_moe_layer(2));
+  EXPECT_EQ(c.layers[2].router, RouterKind::kSigmoidBias);
+  EXPECT_EQ(c.n_rot, 8);
+  j.erase("mlp_layer_types");  // transformers' default: the first layer dense
+  EXPECT_FALSE(load(j).is_moe_layer(0));
+  EXPECT_TRUE(load(j).is_moe_layer(1));
+  j["mlp_layer_types"] = {"sparse", "dense", "sparse"};
+  EXPECT_NE(error_of(j).find("key 'mlp_layer_types': layer 1 is dense after a sparse layer"), std::string::npos)
+      << error_of(j);
+  j["mlp_layer_types"] = {"dense", "sparse"};
+  EXPECT_NE(error_of(j).find("key 'mlp_layer_types' must be a list of num_hidden_layers = 3 entries"),
+            std::string::npos);
+  j["mlp_layer_types"] = {"dense", "moe", "sparse"};
+  EXPECT_NE(error_of(j).find("entry 1 is \"moe\""), std::string::npos) << error_of(j);
+  j.erase("mlp_layer_types");
+  j["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(error_of(j).find("key 'partial_rotary_factor': 0.5 is not supported"), std::string::npos) << error_of(j);
+}
+
 TEST_F(ConfigTest, DeepseekV3LatentAttentionAndYarn) {
   const ModelConfig c = load(deepseek_v3());
   EXPECT_TRUE(c.mla());

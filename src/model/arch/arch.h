@@ -81,6 +81,10 @@ struct GgufFacts {
   // layer may be dense, and leading_dense_block_count, when present, must agree. Throws Error naming
   // the tensor or the key.
   int64_t leading_dense_layers(int64_t n_layer) const;
+  // The model's layers: block_count less the NextN (multi-token prediction) blocks that follow them
+  // (<arch>.nextn_predict_layers), which decoding does not use. Throws Error naming the key when
+  // none would be left.
+  int64_t main_layers() const;
 };
 
 // The Hugging Face names a GGUF file's tensors map to where architectures differ.
@@ -122,6 +126,7 @@ const ArchSpec& arch_glm4_moe();
 const ArchSpec& arch_minimax_m2();
 const ArchSpec& arch_deepseek_v2();
 const ArchSpec& arch_deepseek_v3();
+const ArchSpec& arch_glm4_moe_lite();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();

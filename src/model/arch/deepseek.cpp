@@ -1,11 +1,11 @@
-// DeepSeek-V2 / V2-Lite / Coder-V2 (deepseek_v2) and DeepSeek-V3 / R1 / V3.1, Kimi-K2
-// (deepseek_v3): multi-head latent attention (a low-rank query path when q_lora_rank is set, the
-// latent kv_lora_rank wide, a decoupled rotary key shared by the heads, interleaved RoPE, YaRN whose
-// mscale_all_dim scales the softmax), ungated shared experts, dense leading layers
-// (first_k_dense_replace), and the routers: V2's softmax greedy or group_limited_greedy, V3's
-// sigmoid + correction bias with groups (noaux_tc).
+// DeepSeek-V2 / V2-Lite / Coder-V2 (deepseek_v2), DeepSeek-V3 / R1 / V3.1, Kimi-K2 (deepseek_v3)
+// and GLM-4.7-Flash (glm4_moe_lite, V3's model under GLM's keys): multi-head latent attention (a low-rank query path
+// when q_lora_rank is set, the latent kv_lora_rank wide, a decoupled rotary key shared by the heads, interleaved RoPE,
+// YaRN whose mscale_all_dim scales the softmax), ungated shared experts, dense leading layers (first_k_dense_replace),
+// and the routers: V2's softmax greedy or group_limited_greedy, V3's sigmoid + correction bias with groups (noaux_tc).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -88,6 +88,40 @@ void read_config_v3(const nlohmann::json& j, ModelConfig& c) {
   read_mla(j, c);
 }
 
+// GLM-4.7-Flash: DeepSeek-V3's attention, router and experts. Which layers are dense comes from
+// mlp_layer_types ("dense" / "sparse"; default: the first), there is no topk_method, and the rotary
+// part is all of qk_rope_head_dim.
+void read_config_glm_lite(const nlohmann::json& j, ModelConfig& c) {
+  nlohmann::json moe = j;
+  int64_t leading_dense = std::min<int64_t>(1, c.n_layer);
+  if (j.contains("mlp_layer_types") && !j["mlp_layer_types"].is_null()) {
+    const nlohmann::json& types = j["mlp_layer_types"];
+    if (!types.is_array() || int64_t(types.size()) != c.n_layer)
+      throw_error("key 'mlp_layer_types' must be a list of num_hidden_layers = {} entries", c.n_layer);
+    leading_dense = 0;
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+      const nlohmann::json& t = types[size_t(il)];
+      if (t != "dense" && t != "sparse")
+        throw_error("key 'mlp_layer_types': entry {} is {}, not \"dense\" or \"sparse\"", il, t.dump());
+      if (t == "dense" && leading_dense != il)
+        throw_error(
+            "key 'mlp_layer_types': layer {} is dense after a sparse layer (only leading dense layers are "
+            "supported)",
+            il);
+      if (t == "dense") ++leading_dense;
+    }
+  }
+  moe["first_k_dense_replace"] = leading_dense;
+  double partial = json_number_or(j, "partial_rotary_factor", 1.0);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    partial = json_number_or(j["rope_parameters"], "partial_rotary_factor", partial);
+  if (partial != 1.0)
+    throw_error("key 'partial_rotary_factor': {} is not supported (MLA rotates all of qk_rope_head_dim: 1)", partial);
+  read_moe(moe, c, RouterKind::kSigmoidBias, true);
+  c.rope_interleaved = json_bool_or(j, "rope_interleave", true);
+  read_mla(j, c);
+}
+
 std::vector<TensorSpec> tensor_table(const ModelConfig& c, bool router_bias) {
   std::vector<TensorSpec> out;
   add_global_tensors(c, out);
@@ -139,6 +173,8 @@ void gguf_config(const GgufFacts& f, nlohmann::json& j) {
     if (!value) throw_error("{}: key {} is missing", f.path, f.key(suffix));
     return *value;
   };
+  const int64_t n_layer = f.main_layers();  // GLM-4.7-Flash's files carry a NextN block after the layers
+  j["num_hidden_layers"] = n_layer;
   const int64_t gating = f.int_key("expert_gating_func").value_or(1);
   if (gating != 1 && gating != 2)
     throw_error("{}: key {} = {}: DeepSeek routes with softmax (1) or sigmoid (2)", f.path, f.key("expert_gating_func"),
@@ -149,7 +185,7 @@ void gguf_config(const GgufFacts& f, nlohmann::json& j) {
   j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
   if (f.n_ff) j["intermediate_size"] = *f.n_ff;
   j["n_shared_experts"] = f.int_key("expert_shared_count").value_or(0);
-  j["first_k_dense_replace"] = f.leading_dense_layers(f.n_layer);
+  j["first_k_dense_replace"] = f.leading_dense_layers(n_layer);
   j["routed_scaling_factor"] = f.file_float("expert_weights_scale").value_or(1.0);
   j["norm_topk_prob"] = f.norm_topk.value_or(false);
   const int64_t groups = f.int_key("expert_group_count").value_or(1);
@@ -203,6 +239,13 @@ const ArchSpec& arch_deepseek_v2() {
 const ArchSpec& arch_deepseek_v3() {
   static const ArchSpec spec{Arch::kDeepseekV3, "deepseek_v3", "DeepSeek-V3", read_config_v3, tensor_table_v3,
                              "deepseek2",       gguf_config,   kGgufNames,    nullptr};
+  return spec;
+}
+
+const ArchSpec& arch_glm4_moe_lite() {
+  static const ArchSpec spec{Arch::kGlm4MoeLite,   "glm4_moe_lite", "GLM-4.7-Flash",
+                             read_config_glm_lite, tensor_table_v3, "deepseek2",
+                             gguf_config,          kGgufNames,      nullptr};
   return spec;
 }
 

@@ -42,11 +42,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
 // llama.cpp's glm4moe files: block_count includes the NextN (multi-token prediction) blocks after
 // the model's layers, which decoding does not use; the gating function key says sigmoid.
 void gguf_config(const GgufFacts& f, nlohmann::json& j) {
-  const int64_t nextn = f.int_key("nextn_predict_layers").value_or(0);
-  if (nextn < 0 || nextn >= f.n_layer)
-    throw_error("{}: key {} = {} leaves no layers of {} blocks", f.path, f.key("nextn_predict_layers"), nextn,
-                f.n_layer);
-  const int64_t n_layer = f.n_layer - nextn;
+  const int64_t n_layer = f.main_layers();
   j["num_hidden_layers"] = n_layer;
   j["n_routed_experts"] = f.n_expert;
   j["moe_intermediate_size"] = f.n_ff_expert.value_or(0);
