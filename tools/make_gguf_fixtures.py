@@ -87,12 +87,13 @@ BLOCKS = {"Q8_0": (32, 34), "Q4_0": (32, 18), "Q5_0": (32, 22), "Q2_K": (256, 84
 ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE,
          "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE,
          "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE, "minimax_m2": gguf.MODEL_ARCH.MINIMAXM2,
-         "deepseek_v2": gguf.MODEL_ARCH.DEEPSEEK2, "deepseek_v3": gguf.MODEL_ARCH.DEEPSEEK2}
+         "deepseek_v2": gguf.MODEL_ARCH.DEEPSEEK2, "deepseek_v3": gguf.MODEL_ARCH.DEEPSEEK2,
+         "glm4_moe_lite": gguf.MODEL_ARCH.DEEPSEEK2}
 # The fixtures: (checkpoint: models/NAME-f32, type), written to NAME-TYPE.gguf. About 10 MB in all.
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
                   ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
                   ("mixtral", "q4_k_m"), ("glm4_moe", "f32"), ("minimax_m2", "f32"),
-                  ("deepseek_v3", "f32"), ("deepseek_v2", "f32")]
+                  ("deepseek_v3", "f32"), ("deepseek_v2", "f32"), ("glm4_moe_lite", "f32")]
 FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32, "mixed": 19}
 # llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16, 19: MOSTLY_IQ2_XXS, the type of most expert bytes of mixed-types.gguf)
 
@@ -214,7 +215,7 @@ def add_rope_scaling(writer: gguf.GGUFWriter, cfg: dict) -> None:
 
 # config.json's scoring_func where a checkpoint leaves it out: transformers 5 does not save it (its
 # DeepSeek configs have no such field), DeepSeek's published configs have it (V2 softmax, V3 sigmoid).
-DEEPSEEK_SCORING = {"deepseek_v2": "softmax", "deepseek_v3": "sigmoid"}
+DEEPSEEK_SCORING = {"deepseek_v2": "softmax", "deepseek_v3": "sigmoid", "glm4_moe_lite": "sigmoid"}
 
 
 def add_deepseek2_keys(writer: gguf.GGUFWriter, cfg: dict, zero_q_lora_rank: bool = False) -> None:
@@ -230,6 +231,9 @@ def add_deepseek2_keys(writer: gguf.GGUFWriter, cfg: dict, zero_q_lora_rank: boo
     writer.add_expert_gating_func({"softmax": gguf.ExpertGatingFuncType.SOFTMAX,
                                    "sigmoid": gguf.ExpertGatingFuncType.SIGMOID}[scoring])
     first_dense = cfg.get("first_k_dense_replace")
+    if first_dense is None and cfg.get("mlp_layer_types"):  # glm4_moe_lite
+        types = cfg["mlp_layer_types"]
+        first_dense = next((i for i, t in enumerate(types) if t != "dense"), len(types))
     writer.add_leading_dense_block_count(first_dense if first_dense is not None else 0)
     writer.add_vocab_size(cfg["vocab_size"])
     if cfg.get("q_lora_rank") is not None:
@@ -313,7 +317,7 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
     cfg = json.loads((source / "config.json").read_text())
     model_type = cfg["model_type"]
     arch = ARCHS[model_type]
-    deepseek = model_type in ("deepseek_v2", "deepseek_v3")
+    deepseek = model_type in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
     n_layer = cfg["num_hidden_layers"]
     n_head, n_head_kv = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
     if deepseek:  # DeepseekV2Model: MLA is written as MQA, one KV head of the latent
@@ -321,7 +325,11 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
     n_expert = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     # glm4moe: llama.cpp's converter counts the NextN (multi-token prediction) blocks after the layers.
+    # GLM-4.7-Flash (glm4_moe_lite, llama.cpp's Glm4MoeLiteModel: a DeepseekV2Model) exports its one
+    # NextN block the same way.
     n_nextn = cfg.get("num_nextn_predict_layers", 0) if model_type == "glm4_moe" else 0
+    if model_type == "glm4_moe_lite":
+        n_nextn = cfg.get("num_nextn_predict_layers", 1)
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     writer.add_name(f"{source.name} {file_type}")
     writer.add_context_length(cfg["max_position_embeddings"])
@@ -367,6 +375,8 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
         writer.add_clamp_kqv(cfg["clip_qkv"])
     if deepseek:
         add_deepseek2_keys(writer, cfg, zero_q_lora_rank)
+    if model_type == "glm4_moe_lite":
+        writer.add_nextn_predict_layers(n_nextn)
     gguf_vocab.add_vocab(writer, source)
 
     names = gguf.get_tensor_name_map(arch, n_layer + n_nextn)
