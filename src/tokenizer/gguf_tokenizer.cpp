@@ -47,6 +47,8 @@ struct GgufVocab {
 };
 
 bool is_llama3_pre(std::string_view pre) { return pre == "llama-bpe" || pre == "llama3" || pre == "llama-v3"; }
+// GLM-4.5 to GLM-5: the llama3 regex, merges ignored for whole-word tokens, no BOS.
+bool is_glm4_pre(std::string_view pre) { return pre == "glm4" || pre == "glm5"; }
 
 std::optional<int32_t> read_token_id(const GgufFile& file, const std::string& key, size_t n_tokens) {
   const auto value = file.get_int(key);
@@ -194,6 +196,10 @@ constexpr const char* kDeepseekV3Regexes[] = {
     "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
     R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
 };
+// gpt-4o (GPT-4o, gpt-oss) and minimax-m2: o200k's regex, which splits words at case changes and keeps
+// a contraction on its word.
+constexpr const char* kO200kRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -216,8 +222,10 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
     nfc = true;  // Qwen2's tokenizer.json normalizes to NFC
   } else if (pre == "deepseek-v3") {
     for (const char* regex : kDeepseekV3Regexes) splits.push_back(split(regex));
-  } else if (is_llama3_pre(pre)) {
-    splits.push_back(split(kLlama3Regex));
+  } else if (is_llama3_pre(pre) || is_glm4_pre(pre) || pre == "chatglm-bpe") {
+    splits.push_back(split(kLlama3Regex));  // llama.cpp's regex for GLM-4's names too
+  } else if (pre == "gpt-4o" || pre == "minimax-m2") {
+    splits.push_back(split(kO200kRegex));
   } else if (pre == "olmo") {
     gpt2_regex = nfc = true;  // GPT-NeoX's tokenizer.json, which OLMo and OLMoE use: NFC, GPT-2 regex
   } else if (pre == "gpt-2") {
@@ -229,7 +237,9 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
     }
   } else {
     throw_error(
-        "{}: tokenizer.ggml.pre '{}' is not supported (qwen2, deepseek-v3, olmo, gpt-2, llama-bpe, default are)",
+        "{}: tokenizer.ggml.pre '{}' is not supported (qwen2, deepseek-v3, gpt-4o, minimax-m2, glm4, glm5, "
+        "chatglm-bpe, olmo, "
+        "gpt-2, llama-bpe, default are)",
         v.source, pre);
   }
   if (v.add_space_prefix && !gpt2_regex) {
@@ -279,7 +289,7 @@ json byte_level_model(const GgufVocab& v) {
           {"end_of_word_suffix", nullptr},
           {"fuse_unk", false},
           {"byte_fallback", false},
-          {"ignore_merges", is_llama3_pre(v.pre)},
+          {"ignore_merges", is_llama3_pre(v.pre) || is_glm4_pre(v.pre)},
           {"vocab", std::move(vocab)},
           {"merges", std::move(merges)}};
 }

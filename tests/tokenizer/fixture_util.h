@@ -34,7 +34,9 @@ inline std::vector<std::string> tokenizer_fixture_names() {
           "synth_split_merged_prev",
           "synth_split_merged_next",
           "synth_split_contiguous",
-          "synth_split_invert"};
+          "synth_split_invert",
+          "synth_o200k",
+          "synth_glm4"};
 }
 
 // Written from the UTF-8 definition (RFC 3629), independent of the tokenizer's own check.

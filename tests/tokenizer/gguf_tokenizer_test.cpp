@@ -97,7 +97,9 @@ struct RealVocab {
   const char* pre;
 };
 const std::map<std::string, RealVocab> kRealVocabs = {{"qwen2", {"qwen2moe", "qwen2"}},
-                                                      {"deepseek_v3", {"deepseek2", "deepseek-v3"}}};
+                                                      {"deepseek_v3", {"deepseek2", "deepseek-v3"}},
+                                                      {"synth_o200k", {"gpt-oss", "gpt-4o"}},
+                                                      {"synth_glm4", {"glm4moe", "glm4"}}};
 
 // A token named by tokenizer_config.json: a string, or an AddedToken object with its content.
 std::string config_token(const json& config, const char* key) {
@@ -133,7 +135,11 @@ std::filesystem::path write_real_gguf(const std::string& name) {
   w.string("tokenizer.ggml.pre", family.pre);
   w.strings("tokenizer.ggml.tokens", tokens);
   w.i32s("tokenizer.ggml.token_type", types);
-  w.strings("tokenizer.ggml.merges", root["model"]["merges"].get<std::vector<std::string>>());
+  std::vector<std::string> merges;  // "a b", from either tokenizer.json form
+  for (const auto& merge : root["model"]["merges"])
+    merges.push_back(merge.is_string() ? merge.get<std::string>()
+                                       : merge[0].get<std::string>() + " " + merge[1].get<std::string>());
+  w.strings("tokenizer.ggml.merges", merges);
   if (config.contains("bos_token") && !config["bos_token"].is_null()) {
     w.u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(ids.at(config_token(config, "bos_token"))));
   }
@@ -242,7 +248,8 @@ TEST_P(GgufReference, SpecialIdsVocabSizeAndChatTemplateCarryOver) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufReference,
-                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3"),
+                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3", "synth_o200k",
+                                           "synth_glm4"),
                          [](const auto& info) { return info.param; });
 
 TEST(GgufTokenizer, SentencePieceMergesAreTheConvertersMerges) {
@@ -325,7 +332,8 @@ TEST(GgufTokenizer, UnknownPreTokenizerIsRefusedByName) {
   w.string("tokenizer.ggml.pre", "kimi-k2");
   tiny_vocab(w);
   EXPECT_EQ(gguf_error(w, "pre.gguf"),
-            "tokenizer.ggml.pre 'kimi-k2' is not supported (qwen2, deepseek-v3, olmo, gpt-2, llama-bpe, default are)");
+            "tokenizer.ggml.pre 'kimi-k2' is not supported (qwen2, deepseek-v3, gpt-4o, minimax-m2, glm4, glm5, "
+            "chatglm-bpe, olmo, gpt-2, llama-bpe, default are)");
 }
 
 TEST(GgufTokenizer, MismatchedArrayLengthsNameTheKey) {
