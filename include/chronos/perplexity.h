@@ -6,13 +6,38 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "chronos/engine.h"
 #include "chronos/model_runner.h"
 
 namespace chronos {
+
+// An exact run kept for later comparison (perplexity --save-logits, --kl-base), so that a model too
+// large to hold beside its reference is still measured against it: per scored position, the run's
+// top_k token ids with their log-probabilities (most likely first) and the log-probability of the
+// text's next token. It is compared only with a run of the same text (text_hash: the text's bytes),
+// the same tokens (tokens_hash: their ids, which another tokenizer changes) and the same windows.
+struct SavedLogits {
+  uint64_t text_hash = 0, tokens_hash = 0;
+  int64_t n_ctx = 0, windows = 0, n_vocab = 0, top_k = 0;
+  std::string source;              // the model that made it, for messages
+  std::vector<int32_t> top_ids;    // [positions, top_k]
+  std::vector<float> top_logp;     // [positions, top_k]
+  std::vector<float> target_logp;  // [positions]
+  std::vector<float> rest_logp;    // [positions] log of the mass outside the top_k; -inf when none
+  int64_t positions() const { return std::ssize(target_logp); }
+};
+
+// Writes `saved` to `path` atomically (a versioned binary file with an xxh64 of its contents), and
+// reads it back, throwing Error naming the file when it is not one, is truncated or corrupt.
+void save_logits(const std::filesystem::path& path, const SavedLogits& saved);
+SavedLogits load_saved_logits(const std::filesystem::path& path);
+uint64_t hash_bytes(std::span<const std::byte> bytes);
 
 struct PerplexityOptions {
   // Each window of n_ctx tokens starts from an empty context: its first half is a prefill that is
@@ -22,6 +47,15 @@ struct PerplexityOptions {
   int64_t n_ctx = 128;
   int64_t max_windows = 0;  // 0: every whole window of the text
   int64_t n_vocab = 0;      // of the model and the reference (their logits rows)
+  // The model's run saved (its top save_top_k per position) when set: the text hashes and source
+  // are the caller's, the rest is filled in.
+  SavedLogits* save = nullptr;
+  int64_t save_top_k = 128;
+  // A saved exact run to compare with instead of a reference model. Its KL divergence is over the
+  // saved top_k tokens and one bucket for all the others, a lower bound of the full KL that equals
+  // it when top_k is the vocabulary; its perplexity and top-1 are exact. The caller checks that it
+  // was made from the same text; measure_perplexity checks the windows and the vocabulary.
+  const SavedLogits* base = nullptr;
 };
 
 struct PerplexityResult {
@@ -51,5 +85,10 @@ PerplexityResult measure_perplexity(std::span<const int32_t> text, const Perplex
 // KL(softmax(p_logits) || softmax(q_logits)), both in double precision.
 double negative_log_likelihood(std::span<const float> logits, int32_t target);
 double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits);
+// KL(p || softmax(q_logits)) where p is known by its top tokens' log-probabilities (ids, logp) and
+// the log of the rest of its mass (rest_logp, -inf for none) as one bucket, compared with q's mass
+// outside those tokens.
+double kl_divergence_top(std::span<const int32_t> ids, std::span<const float> logp, float rest_logp,
+                         std::span<const float> q_logits);
 
 }  // namespace chronos

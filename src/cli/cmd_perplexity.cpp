@@ -33,8 +33,18 @@ struct PerplexityArgs {
   int64_t windows = 0;
   int threads = 0;
   std::string json;
+  std::string save_logits;
+  std::string kl_base;
+  int64_t save_top_k = 128;
+  bool save_top_k_given = false;
   StreamingFlags streaming;
 };
+
+void check_output_folder(const std::string& path, const char* flag) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty() && !std::filesystem::is_directory(parent))
+    throw UsageError(fmt::format("{} {}: the folder {} does not exist", flag, path, parent.string()));
+}
 
 // The text to score: a plain text file, or a .jsonl of prompts (chronos trace's format), whose
 // prompts are joined by blank lines.
@@ -89,6 +99,12 @@ int run_perplexity(const PerplexityArgs& args) {
   if (args.ctx_size < 4) throw UsageError(fmt::format("--ctx-size must be at least 4 (got {})", args.ctx_size));
   if (args.windows < 0) throw UsageError(fmt::format("--windows must be 0 (all) or positive (got {})", args.windows));
   if (args.streaming.device != "cpu") throw UsageError("chronos perplexity runs on the CPU (--device cpu)");
+  if (!args.kl_base.empty() && !args.reference.empty())
+    throw UsageError("--ref and --kl-base are two ways to give the reference: give one");
+  if (args.save_top_k_given && args.save_logits.empty()) throw UsageError("--save-top-k needs --save-logits");
+  if (args.save_top_k < 1) throw UsageError(fmt::format("--save-top-k must be at least 1 (got {})", args.save_top_k));
+  if (!args.save_logits.empty()) check_output_folder(args.save_logits, "--save-logits");
+  if (!args.json.empty()) check_output_folder(args.json, "--json");
   const auto dir = resolve_model_dir(args.model);
   std::filesystem::path text_path = args.text;
   if (text_path.empty()) {
@@ -99,6 +115,18 @@ int run_perplexity(const PerplexityArgs& args) {
   const std::string text = read_text(text_path);
   const Tokenizer tokenizer = open_tokenizer(dir);
   const std::vector<int32_t> tokens = tokenizer.encode(text, false);
+  const uint64_t text_hash = hash_bytes(std::as_bytes(std::span(text)));
+  const uint64_t tokens_hash = hash_bytes(std::as_bytes(std::span(tokens)));
+  // A saved exact run: refused before anything loads when it was made from another text or tokenizer.
+  SavedLogits base;
+  if (!args.kl_base.empty()) {
+    base = load_saved_logits(args.kl_base);
+    if (base.text_hash != text_hash)
+      throw_error("{}: saved from another text than {} (by {})", args.kl_base, text_path.string(), base.source);
+    if (base.tokens_hash != tokens_hash)
+      throw_error("{}: the same text, but tokenized otherwise than by {}'s tokenizer (saved by {})", args.kl_base,
+                  dir.string(), base.source);
+  }
 
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
@@ -119,6 +147,18 @@ int run_perplexity(const PerplexityArgs& args) {
   options.n_ctx = args.ctx_size;
   options.max_windows = args.windows;
   options.n_vocab = model.model->config().n_vocab;
+  SavedLogits saved;
+  saved.text_hash = text_hash;
+  saved.tokens_hash = tokens_hash;
+  saved.source = dir.string();
+  if (!args.save_logits.empty()) {
+    options.save = &saved;
+    options.save_top_k = args.save_top_k;
+  }
+  if (!args.kl_base.empty()) {
+    base.source = args.kl_base;  // errors name the file
+    options.base = &base;
+  }
   const bool tty = isatty(fileno(stderr));
   const PerplexityResult r =
       measure_perplexity(tokens, options, model.engine(), reference.engine(), [&](int64_t done, int64_t total) {
@@ -128,10 +168,19 @@ int run_perplexity(const PerplexityArgs& args) {
 
   fmt::print("model {}: perplexity {:.4f} over {} tokens ({} windows of {}, second halves scored)\n", dir.string(),
              r.perplexity(), r.tokens, r.windows, args.ctx_size);
+  const std::string reference_name =
+      args.kl_base.empty()
+          ? args.reference
+          : fmt::format("{} (saved, KL over its top {} tokens and the rest)", args.kl_base, base.top_k);
   if (r.has_reference)
     fmt::print("reference {}: perplexity {:.4f}; change {:+.3f}%, mean KL {:.5f}, top-1 agreement {:.2f}%\n",
-               args.reference, r.reference_perplexity(), 100.0 * r.perplexity_change(), r.mean_kl(),
+               reference_name, r.reference_perplexity(), 100.0 * r.perplexity_change(), r.mean_kl(),
                100.0 * r.top1_agreement());
+  if (!args.save_logits.empty()) {
+    save_logits(args.save_logits, saved);
+    fmt::print("saved the top {} log-probabilities of {} positions to {}\n", saved.top_k, saved.positions(),
+               args.save_logits);
+  }
   if (model.streamer) {
     const StreamerStats s = model.streamer->stats();
     fmt::print("experts: {} lookups, {:.1f}% hits, {} low-bit, {} fallbacks, {} waits, stalled {:.1f} ms\n", s.lookups,
@@ -142,7 +191,8 @@ int run_perplexity(const PerplexityArgs& args) {
     nlohmann::json j = {{"model", dir.string()}, {"text", text_path.string()}, {"ctx_size", args.ctx_size},
                         {"windows", r.windows},  {"tokens", r.tokens},         {"perplexity", r.perplexity()}};
     if (r.has_reference) {
-      j["reference"] = args.reference;
+      j["reference"] = args.kl_base.empty() ? args.reference : args.kl_base;
+      if (!args.kl_base.empty()) j["kl_top_k"] = base.top_k;
       j["reference_perplexity"] = r.reference_perplexity();
       j["perplexity_change"] = r.perplexity_change();
       j["mean_kl"] = r.mean_kl();
@@ -172,6 +222,14 @@ Command register_perplexity(CLI::App& app) {
   sub->add_option("--windows", args->windows, "Windows to score (0: all)")->capture_default_str();
   sub->add_option("-t,--threads", args->threads, "Threads (default: the CPUs this process may use)");
   sub->add_option("--json", args->json, "Write the figures as JSON to this file");
+  sub->add_option("--save-logits", args->save_logits,
+                  "Save this run's top log-probabilities per scored position (with the text's and windows' identity) "
+                  "to FILE, the base for --kl-base");
+  sub->add_option("--save-top-k", args->save_top_k, "Tokens saved per position by --save-logits")
+      ->capture_default_str()
+      ->each([args](const std::string&) { args->save_top_k_given = true; });
+  sub->add_option("--kl-base", args->kl_base,
+                  "Compare with a run saved by --save-logits (same text, tokenizer and windows) instead of --ref");
   add_streaming_flags(sub, args->streaming, false);
   return Command{sub, [args] { return run_perplexity(*args); }};
 }
