@@ -147,8 +147,10 @@ int run_bench(const BenchArgs& args) {
     flags.pinned_budget = lists.pinned_budget;
     configs.push_back({"all-resident", flags, streamer_options(flags, expert_bytes), true});
   }
+  // Resident beside the cache: the dense weights and one sequence's KV store.
+  const int64_t resident = model->sizes().dense_bytes + KvStore::bytes_per_slot(c, n_ctx);
   for (const StreamingFlags& one : combinations) {
-    Config cfg{"", one, streamer_options(one, expert_bytes), false};
+    Config cfg{"", one, streamer_options(one, expert_bytes, resident), false};
     cfg.label = fmt::format("cache {} {}{} prefetch {}{}{}", one.expert_cache, one.on_miss,
                             one.wait_above.empty() ? "" : ">" + one.wait_above, one.prefetch,
                             cfg.options.prefetch.io_latency_ms > 0 ? fmt::format(" +{}ms", one.io_latency_ms) : "",

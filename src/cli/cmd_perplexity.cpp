@@ -76,7 +76,7 @@ struct Loaded {
 };
 
 Loaded load(const std::filesystem::path& dir, const StreamingFlags& streaming, bool use_flags, ThreadPool& pool,
-            int64_t n_ctx) {
+            int64_t n_ctx, int64_t resident_elsewhere = 0) {
   Loaded l;
   l.model = Model::load(dir);
   if (n_ctx > l.model->config().n_ctx_train)
@@ -87,8 +87,12 @@ Loaded load(const std::filesystem::path& dir, const StreamingFlags& streaming, b
     l.backend = make_backend("cpu");
     // The reference is the exact run: every expert resident, whatever the flags ask of the model.
     StreamingFlags flags = use_flags ? streaming : StreamingFlags{};
-    l.streamer = make_streamer(*l.model, dir, *l.backend, streamer_options(flags, l.model->sizes().expert_bytes),
-                               flags.expert_cache, flags.pinned_budget);
+    // Resident beside the cache: the dense weights, the KV store and the reference model's weights.
+    const int64_t resident =
+        l.model->sizes().dense_bytes + KvStore::bytes_per_slot(l.model->config(), n_ctx) + resident_elsewhere;
+    l.streamer =
+        make_streamer(*l.model, dir, *l.backend, streamer_options(flags, l.model->sizes().expert_bytes, resident),
+                      flags.expert_cache, flags.pinned_budget);
     hooks = l.streamer->hooks();
   }
   l.runner = make_cpu_runner(*l.model, pool, n_ctx, 64, hooks);
@@ -130,14 +134,17 @@ int run_perplexity(const PerplexityArgs& args) {
 
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
-  const Loaded model = load(dir, args.streaming, true, pool, args.ctx_size);
+  // The reference first: what it holds resident is not the measured model's cache's (--expert-cache auto).
+  Loaded reference;
+  if (!args.reference.empty()) reference = load(args.reference, args.streaming, false, pool, args.ctx_size);
+  const int64_t reference_bytes =
+      reference.model ? reference.model->sizes().dense_bytes + reference.model->sizes().expert_bytes : 0;
+  const Loaded model = load(dir, args.streaming, true, pool, args.ctx_size, reference_bytes);
   if (!model.model->experts_streamed() && args.streaming.asks_for_streaming())
     throw UsageError(
         "--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
         "folder (chronos pack)");
-  Loaded reference;
-  if (!args.reference.empty()) {
-    reference = load(args.reference, args.streaming, false, pool, args.ctx_size);
+  if (reference.model) {
     if (reference.model->config().n_vocab != model.model->config().n_vocab)
       throw UsageError(fmt::format("--ref {}: a vocabulary of {} tokens, the model's is {}", args.reference,
                                    reference.model->config().n_vocab, model.model->config().n_vocab));

@@ -21,7 +21,9 @@ bool StreamingFlags::asks_for_streaming() const {
 void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
   const char* list = sweep ? "Comma-separated " : "";
   sub->add_option("--expert-cache", f.expert_cache,
-                  fmt::format("Pack folders: {}expert cache budget{} (2GiB, 512MB, 25%)", list, sweep ? "s" : ""))
+                  fmt::format("Pack folders: {}expert cache budget{} (2GiB, 512MB, 25%, or auto: what the free "
+                              "memory allows beside the resident weights)",
+                              list, sweep ? "s" : ""))
       ->capture_default_str();
   sub->add_option("--on-miss", f.on_miss,
                   fmt::format("Pack folders: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
@@ -141,9 +143,18 @@ std::vector<std::string> split_list(const std::string& text, const char* flag) {
   return parts;
 }
 
-StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes) {
+StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes, int64_t resident_bytes) {
   StreamerOptions so;
-  so.budget_bytes = parse_expert_cache(f.expert_cache, expert_bytes);
+  if (f.expert_cache == "auto") {
+    so.budget_bytes = expert_bytes;  // a placeholder for the checks before the model loads
+    if (resident_bytes >= 0) {
+      const AutoBudget budget = auto_expert_budget(available_memory(), expert_bytes, resident_bytes);
+      fmt::print(stderr, "chronos: --expert-cache auto: {}\n", budget.explanation);
+      so.budget_bytes = budget.bytes;
+    }
+  } else {
+    so.budget_bytes = parse_expert_cache(f.expert_cache, expert_bytes);
+  }
   so.on_miss = parse_on_miss(f.on_miss);
   so.wait_above = parse_wait_above(f.wait_above);
   if (so.wait_above && so.on_miss == OnMiss::kWait)

@@ -16,7 +16,7 @@
 namespace chronos::cli {
 
 struct StreamingFlags {
-  std::string expert_cache = "100%";
+  std::string expert_cache = "100%";  // or "auto": what the machine's free memory allows
   std::string on_miss = "wait";
   std::string wait_above;  // empty: unset
   std::string prefetch = "none";
@@ -55,8 +55,11 @@ int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes);
 // A comma-separated list (bench's sweeps): at least one value, else UsageError naming `flag`.
 std::vector<std::string> split_list(const std::string& text, const char* flag);
 
-// StreamerOptions from single values (every list holds one element), checked.
-StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_bytes);
+// StreamerOptions from single values (every list holds one element), checked. --expert-cache auto
+// is resolved (auto_expert_budget, the line that explains it printed to stderr) when
+// resident_bytes, what stays resident beside the cache, is given; a check before the model loads
+// leaves it out.
+StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_bytes, int64_t resident_bytes = -1);
 
 // An ExpertStreamer over `pack_dir`; a budget too small for one expert is reported with its flag.
 std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir,

@@ -22,14 +22,15 @@ class CliPerplexity : public ::testing::Test {
  protected:
   void SetUp() override {
     work_ = testing::fresh_work_dir("chronos_cli_perplexity");
-    std::ofstream(work_ / "text.txt") << "The river keeps its own time, and the mill turns with it. " << std::string(3, 'x')
-                                      << " Every spring the water rises and the wheel sings.";
+    std::ofstream(work_ / "text.txt") << "The river keeps its own time, and the mill turns with it. "
+                                      << std::string(3, 'x') << " Every spring the water rises and the wheel sings.";
     std::ofstream(work_ / "other.txt") << "A different text entirely, with other words in another order, at length "
                                           "enough for two windows of sixteen tokens each.";
   }
   void TearDown() override { fs::remove_all(work_); }
   std::vector<std::string> args(const std::string& model, const std::string& text) const {
-    return {"perplexity", "-m", (kModels / model).string(), "-f", (work_ / text).string(), "-c", "16", "--windows", "2"};
+    return {"perplexity", "-m", (kModels / model).string(), "-f", (work_ / text).string(), "-c", "16",
+            "--windows",  "2"};
   }
   fs::path work_;
 };

@@ -190,5 +190,22 @@ TEST_F(CliStorage, TracePackTrainPredictorsGenerateWithPredictMatchesTheResident
   EXPECT_EQ(experts["fallbacks"].get<int64_t>(), 0);
 }
 
+// --expert-cache auto sizes the cache from the free memory and says how; the tiny pack fits whole.
+TEST_F(CliStorage, ExpertCacheAutoSaysWhatItChose) {
+  const auto pack = work_ / "pack";
+  RunResult r = run_chronos({"pack", "-m", kModel.string(), "-o", pack.string(), "--cluster", "none"}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run_chronos({"generate", "-m", pack.string(), "-p", "The river", "-n", "4", "--expert-cache", "auto"}, work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--expert-cache auto: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("of experts (100%)"), std::string::npos) << r.err;
+  const RunResult resident =
+      run_chronos({"generate", "-m", pack.string(), "-p", "The river", "-n", "4", "--expert-cache", "100%"}, work_);
+  EXPECT_EQ(r.out, resident.out);
+  testing::expect_clean_failure(
+      run_chronos({"generate", "-m", kModel.string(), "-p", "x", "--expert-cache", "auto"}, work_), 2,
+      "need a pack folder");
+}
+
 }  // namespace
 }  // namespace chronos
