@@ -1,7 +1,9 @@
 // chronos inspect: architecture, layer and expert counts, parameters and bytes (dense vs routed).
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "chronos/budget.h"
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/gguf.h"
@@ -146,6 +148,23 @@ int run_inspect(const InspectArgs& args) {
   // Checked before anything is printed: a pack that disagrees with its config is an error.
   std::optional<PackSummaryView> pack;
   if (model->experts_streamed()) pack = summarize_pack(dir, c);
+  // What this machine could give the model (--expert-cache auto), when it can be read.
+  struct MemoryHere {
+    AvailableMemory available;
+    AutoBudget auto_budget;
+    int64_t kv_ctx = 0, kv_bytes = 0;
+  };
+  std::optional<MemoryHere> memory;
+  try {
+    MemoryHere m;
+    m.available = available_memory();
+    m.kv_ctx = std::min<int64_t>(c.n_ctx_train, 4096);
+    m.kv_bytes = KvStore::bytes_per_slot(c, m.kv_ctx);
+    m.auto_budget = auto_expert_budget(m.available, s.expert_bytes, s.dense_bytes + m.kv_bytes);
+    memory = m;
+  } catch (const Error& e) {
+    spdlog::debug("inspect: no memory figures: {}", e.what());
+  }
   std::optional<PackManifest> manifest;
   if (model->experts_streamed()) manifest = PackManifest::parse(dir);
   const std::vector<TensorClass> classes = tensor_classes(*model, manifest);
@@ -203,6 +222,12 @@ int run_inspect(const InspectArgs& args) {
         {"bytes_per_expert", s.bytes_per_expert},
         {"expert_dtype", std::string(dtype_name(s.expert_dtype))},
     };
+    if (memory) {
+      j["memory"] = {{"available_bytes", memory->available.bytes},
+                     {"available_source", memory->available.source},
+                     {"resident_bytes", s.dense_bytes + s.expert_bytes + memory->kv_bytes},
+                     {"expert_cache_auto_bytes", memory->auto_budget.bytes}};
+    }
     j["tensor_classes"] = nlohmann::json::array();
     for (const TensorClass& tc : classes)
       j["tensor_classes"].push_back({{"class", tc.name}, {"types", tc.types}, {"bytes", tc.bytes}});
@@ -268,6 +293,15 @@ int run_inspect(const InspectArgs& args) {
         "FP8              F8_E4M3 weights, one scale per {}x{} block: dequantized to BF16 to run; chronos pack "
         "converts them (BF16 unless --expert-type / --dense-type)\n",
         c.fp8_block_rows, c.fp8_block_cols);
+  if (memory) {
+    const int64_t resident = s.dense_bytes + s.expert_bytes + memory->kv_bytes;
+    fmt::print(
+        "memory here      {} to run resident (with a {}-token KV store), {} available ({}); "
+        "--expert-cache auto{}: {} of the experts ({:.0f}%)\n",
+        human_bytes(resident), memory->kv_ctx, human_bytes(memory->available.bytes), memory->available.source,
+        pack ? "" : " on a pack of it", human_bytes(memory->auto_budget.bytes),
+        s.expert_bytes > 0 ? 100.0 * double(memory->auto_budget.bytes) / double(s.expert_bytes) : 0.0);
+  }
   if (!file_types.empty()) {
     int64_t n_tensors = 0;
     std::vector<std::string> counts;

@@ -64,6 +64,12 @@ TEST_F(GgufCli, InspectNamesTheStoredTypes) {
   // Q4_K on rows of 64 and 32 weights is stored in its 32-weight stand-in.
   EXPECT_NE(r.out.find("Q5_0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("OLMoE"), std::string::npos) << r.out;
+  // What it needs resident and what --expert-cache auto would give a pack of it here.
+  EXPECT_NE(r.out.find("memory here "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--expert-cache auto on a pack of it: "), std::string::npos) << r.out;
+  const RunResult json = run_chronos({"inspect", (kFixtures / "gguf" / "olmoe-q4_k.gguf").string(), "--json"}, work_);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"expert_cache_auto_bytes\""), std::string::npos) << json.out;
 }
 
 // A Q4_K_M-style file mixes types: inspect lists both on the classes that have them, for the file

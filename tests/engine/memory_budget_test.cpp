@@ -73,7 +73,7 @@ TEST(AutoBudget, WhatIsLeftBesideTheResidentBytesAndTheMargin) {
   EXPECT_EQ(half.bytes, 6 * kGiB);
   EXPECT_NE(half.explanation.find("6.00 GiB of 20.00 GiB of experts (30%)"), std::string::npos) << half.explanation;
   EXPECT_EQ(auto_expert_budget(m, 4 * kGiB, 3 * kGiB).bytes, 4 * kGiB);  // everything fits
-  EXPECT_EQ(auto_expert_budget(m, 20 * kGiB, 12 * kGiB).bytes, 0);      // nothing left
+  EXPECT_EQ(auto_expert_budget(m, 20 * kGiB, 12 * kGiB).bytes, 0);       // nothing left
   const AvailableMemory small{kGiB, "test"};
   EXPECT_EQ(auto_expert_budget(small, 20 * kGiB, 0).bytes, kGiB - (int64_t(256) << 20));  // the 256 MiB floor
 }
