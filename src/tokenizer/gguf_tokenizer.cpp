@@ -200,6 +200,10 @@ constexpr const char* kDeepseekV3Regexes[] = {
 // a contraction on its word.
 constexpr const char* kO200kRegex =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// kimi-k2 (Kimi-K2, K2.5): tokenization_kimi.py's pattern, its Han-less letter classes (class
+// intersection there) written with a negative lookahead; Han runs split first.
+constexpr const char* kKimiK2Regex =
+    R"([\p{Han}]+|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?(?:(?!\p{Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -226,6 +230,8 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
     splits.push_back(split(kLlama3Regex));  // llama.cpp's regex for GLM-4's names too
   } else if (pre == "gpt-4o" || pre == "minimax-m2") {
     splits.push_back(split(kO200kRegex));
+  } else if (pre == "kimi-k2") {
+    splits.push_back(split(kKimiK2Regex));
   } else if (pre == "olmo") {
     gpt2_regex = nfc = true;  // GPT-NeoX's tokenizer.json, which OLMo and OLMoE use: NFC, GPT-2 regex
   } else if (pre == "gpt-2") {

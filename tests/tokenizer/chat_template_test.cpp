@@ -39,8 +39,8 @@ TEST_P(ChatReference, RendersLikeTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ChatReference,
-                         ::testing::Values("qwen2", "mistral", "mistral_metaspace", "deepseek_v3", "synth_bytelevel",
-                                           "synth_ignore_merges", "synth_metaspace"),
+                         ::testing::Values("qwen2", "mistral", "mistral_metaspace", "deepseek_v3", "kimi_k2",
+                                           "synth_bytelevel", "synth_ignore_merges", "synth_metaspace"),
                          [](const auto& info) { return info.param; });
 
 TEST(ChatTemplate, QwenRenderEncodesWithoutAddedBos) {

@@ -26,6 +26,7 @@ inline std::vector<std::string> tokenizer_fixture_names() {
           "mistral",
           "mistral_metaspace",
           "deepseek_v3",
+          "kimi_k2",
           "synth_bytelevel",
           "synth_ignore_merges",
           "synth_metaspace",

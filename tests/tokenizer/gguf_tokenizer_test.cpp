@@ -88,7 +88,7 @@ std::filesystem::path gguf_fixture(const std::string& name) {
 
 Tokenizer load_gguf(const std::filesystem::path& path) { return Tokenizer::from_gguf(*GgufFile::open(path)); }
 
-// The real vocabularies' GGUF forms (qwen2 5.9 MB, deepseek_v3 5.6 MB) are too large to commit: the
+// The real vocabularies' GGUF forms (qwen2 5.9 MB, deepseek_v3 5.6 MB, kimi_k2 about 6 MB) are too large to commit: the
 // test writes them from the tokenizer.json the way tools/gguf_vocab.py does (the byte-level path:
 // tokens by id, added tokens as their text, CONTROL when special or "<|...|>", merges as "a b"),
 // with the architecture and tokenizer.ggml.pre llama.cpp's converter gives the family.
@@ -98,6 +98,7 @@ struct RealVocab {
 };
 const std::map<std::string, RealVocab> kRealVocabs = {{"qwen2", {"qwen2moe", "qwen2"}},
                                                       {"deepseek_v3", {"deepseek2", "deepseek-v3"}},
+                                                      {"kimi_k2", {"deepseek2", "kimi-k2"}},
                                                       {"synth_o200k", {"gpt-oss", "gpt-4o"}},
                                                       {"synth_glm4", {"glm4moe", "glm4"}}};
 
@@ -248,8 +249,8 @@ TEST_P(GgufReference, SpecialIdsVocabSizeAndChatTemplateCarryOver) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufReference,
-                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3", "synth_o200k",
-                                           "synth_glm4"),
+                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3", "kimi_k2",
+                                           "synth_o200k", "synth_glm4"),
                          [](const auto& info) { return info.param; });
 
 TEST(GgufTokenizer, SentencePieceMergesAreTheConvertersMerges) {
@@ -329,10 +330,10 @@ TEST(GgufTokenizer, WrongModelNameIsRefusedByName) {
 TEST(GgufTokenizer, UnknownPreTokenizerIsRefusedByName) {
   KvWriter w;
   w.string("tokenizer.ggml.model", "gpt2");
-  w.string("tokenizer.ggml.pre", "kimi-k2");
+  w.string("tokenizer.ggml.pre", "jais");
   tiny_vocab(w);
   EXPECT_EQ(gguf_error(w, "pre.gguf"),
-            "tokenizer.ggml.pre 'kimi-k2' is not supported (qwen2, deepseek-v3, gpt-4o, minimax-m2, glm4, glm5, "
+            "tokenizer.ggml.pre 'jais' is not supported (qwen2, deepseek-v3, kimi-k2, gpt-4o, minimax-m2, glm4, glm5, "
             "chatglm-bpe, olmo, gpt-2, llama-bpe, default are)");
 }
 
