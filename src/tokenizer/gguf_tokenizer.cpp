@@ -243,9 +243,8 @@ void byte_level_pipeline(const GgufVocab& v, json& root) {
     }
   } else {
     throw_error(
-        "{}: tokenizer.ggml.pre '{}' is not supported (qwen2, deepseek-v3, gpt-4o, minimax-m2, glm4, glm5, "
-        "chatglm-bpe, olmo, "
-        "gpt-2, llama-bpe, default are)",
+        "{}: tokenizer.ggml.pre '{}' is not supported (qwen2, deepseek-v3, kimi-k2, gpt-4o, minimax-m2, glm4, "
+        "glm5, chatglm-bpe, olmo, gpt-2, llama-bpe, default are)",
         v.source, pre);
   }
   if (v.add_space_prefix && !gpt2_regex) {
