@@ -30,4 +30,9 @@ struct AutoBudget {
 };
 AutoBudget auto_expert_budget(const AvailableMemory& memory, int64_t expert_bytes, int64_t resident_bytes);
 
+// The budget when none is asked for: every expert when they all fit beside the resident bytes (the
+// run is as resident as it was), else auto_expert_budget's, so that a pack larger than the memory
+// streams instead of swapping; `explanation` is empty in the first case.
+AutoBudget default_expert_budget(const AvailableMemory& memory, int64_t expert_bytes, int64_t resident_bytes);
+
 }  // namespace chronos

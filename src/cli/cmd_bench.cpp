@@ -105,6 +105,7 @@ int run_bench(const BenchArgs& args) {
           for (const auto& eviction : evictions) {
             StreamingFlags one = lists;
             one.expert_cache = cache;
+            one.expert_cache_given = true;  // a sweep's budgets are what its labels say
             one.on_miss = miss;
             one.prefetch = prefetch;
             one.io_latency_ms = latency;

@@ -22,9 +22,11 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
   const char* list = sweep ? "Comma-separated " : "";
   sub->add_option("--expert-cache", f.expert_cache,
                   fmt::format("Pack folders: {}expert cache budget{} (2GiB, 512MB, 25%, or auto: what the free "
-                              "memory allows beside the resident weights)",
+                              "memory allows beside the resident weights; without the flag every expert, or auto "
+                              "when they do not fit)",
                               list, sweep ? "s" : ""))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.expert_cache_given = true; });
   sub->add_option("--on-miss", f.on_miss,
                   fmt::format("Pack folders: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
                               "made with --lowbit-type) or fallback (left out); lowbit and fallback never block",
@@ -152,6 +154,11 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes, 
       fmt::print(stderr, "chronos: --expert-cache auto: {}\n", budget.explanation);
       so.budget_bytes = budget.bytes;
     }
+  } else if (!f.expert_cache_given && resident_bytes >= 0) {
+    // No budget asked for: every expert, unless they do not fit here.
+    const AutoBudget budget = default_expert_budget(available_memory(), expert_bytes, resident_bytes);
+    if (!budget.explanation.empty()) fmt::print(stderr, "chronos: {}\n", budget.explanation);
+    so.budget_bytes = budget.bytes;
   } else {
     so.budget_bytes = parse_expert_cache(f.expert_cache, expert_bytes);
   }

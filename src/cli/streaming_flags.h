@@ -17,6 +17,7 @@ namespace chronos::cli {
 
 struct StreamingFlags {
   std::string expert_cache = "100%";  // or "auto": what the machine's free memory allows
+  bool expert_cache_given = false;    // when not, a pack whose experts do not fit streams (default_expert_budget)
   std::string on_miss = "wait";
   std::string wait_above;  // empty: unset
   std::string prefetch = "none";

@@ -129,4 +129,11 @@ AutoBudget auto_expert_budget(const AvailableMemory& memory, int64_t expert_byte
   return out;
 }
 
+AutoBudget default_expert_budget(const AvailableMemory& memory, int64_t expert_bytes, int64_t resident_bytes) {
+  AutoBudget fitted = auto_expert_budget(memory, expert_bytes, resident_bytes);
+  if (fitted.bytes >= expert_bytes) return {expert_bytes, ""};
+  fitted.explanation = "the experts do not fit beside the rest, so they stream: " + fitted.explanation;
+  return fitted;
+}
+
 }  // namespace chronos

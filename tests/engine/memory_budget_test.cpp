@@ -78,5 +78,16 @@ TEST(AutoBudget, WhatIsLeftBesideTheResidentBytesAndTheMargin) {
   EXPECT_EQ(auto_expert_budget(small, 20 * kGiB, 0).bytes, kGiB - (int64_t(256) << 20));  // the 256 MiB floor
 }
 
+// Without a budget asked for, a pack runs whole when it fits and streams when it does not.
+TEST(AutoBudget, TheDefaultIsEveryExpertUnlessTheyDoNotFit) {
+  const AvailableMemory m{10 * kGiB, "test"};
+  const AutoBudget fits = default_expert_budget(m, 4 * kGiB, 3 * kGiB);
+  EXPECT_EQ(fits.bytes, 4 * kGiB);
+  EXPECT_EQ(fits.explanation, "");
+  const AutoBudget streams = default_expert_budget(m, 20 * kGiB, 3 * kGiB);
+  EXPECT_EQ(streams.bytes, 6 * kGiB);
+  EXPECT_NE(streams.explanation.find("do not fit beside the rest, so they stream"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace chronos
