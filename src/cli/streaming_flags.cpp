@@ -2,6 +2,7 @@
 #include "cli/streaming_flags.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <sstream>
 
@@ -155,10 +156,15 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes, 
       so.budget_bytes = budget.bytes;
     }
   } else if (!f.expert_cache_given && resident_bytes >= 0) {
-    // No budget asked for: every expert, unless they do not fit here.
-    const AutoBudget budget = default_expert_budget(available_memory(), expert_bytes, resident_bytes);
-    if (!budget.explanation.empty()) fmt::print(stderr, "chronos: {}\n", budget.explanation);
-    so.budget_bytes = budget.bytes;
+    // No budget asked for: every expert, unless they do not fit here (or the memory cannot be read).
+    so.budget_bytes = expert_bytes;
+    try {
+      const AutoBudget budget = default_expert_budget(available_memory(), expert_bytes, resident_bytes);
+      if (!budget.explanation.empty()) fmt::print(stderr, "chronos: {}\n", budget.explanation);
+      so.budget_bytes = budget.bytes;
+    } catch (const Error& e) {
+      spdlog::debug("the free memory is unknown ({}): every expert", e.what());
+    }
   } else {
     so.budget_bytes = parse_expert_cache(f.expert_cache, expert_bytes);
   }
