@@ -169,6 +169,10 @@ std::set<std::string> flagged_added_tokens(const std::string& fixture) {
 
 class GgufReference : public ::testing::TestWithParam<std::string> {
  protected:
+  void EncodeMatchesTokenizerJsonIds();
+  void DecodeMatchesHf();
+  void RoundTripsWhereHfDoes();
+  void SpecialIdsVocabSizeAndChatTemplateCarryOver();
   void SetUp() override {
     const bool written = kRealVocabs.contains(GetParam());
     const auto path = written ? write_real_gguf(GetParam()) : gguf_fixture(GetParam());
@@ -188,7 +192,7 @@ class GgufReference : public ::testing::TestWithParam<std::string> {
   std::set<std::string> flagged_;
 };
 
-TEST_P(GgufReference, EncodeMatchesTokenizerJsonIds) {
+void GgufReference::EncodeMatchesTokenizerJsonIds() {
   int compared = 0, not_reproducible = 0;
   for (const auto& c : cases_["cases"]) {
     const auto text = c["text"].get<std::string>();
@@ -206,7 +210,7 @@ TEST_P(GgufReference, EncodeMatchesTokenizerJsonIds) {
   EXPECT_EQ(not_reproducible, GetParam() == "synth_bytelevel" ? 1 : 0);
 }
 
-TEST_P(GgufReference, DecodeMatchesHf) {
+void GgufReference::DecodeMatchesHf() {
   for (const auto& c : cases_["cases"]) {
     const auto ids = c["ids"].get<std::vector<int32_t>>();
     EXPECT_EQ(tokenizer_->decode(ids, false), c["decoded"].get<std::string>()) << shown(c["text"]);
@@ -216,7 +220,7 @@ TEST_P(GgufReference, DecodeMatchesHf) {
   }
 }
 
-TEST_P(GgufReference, RoundTripsWhereHfDoes) {
+void GgufReference::RoundTripsWhereHfDoes() {
   int round_trips = 0;
   for (const auto& c : cases_["cases"]) {
     const auto text = c["text"].get<std::string>();
@@ -227,7 +231,7 @@ TEST_P(GgufReference, RoundTripsWhereHfDoes) {
   EXPECT_GT(round_trips, 0);  // synth_bytelevel adds a prefix space, so few of its texts round-trip
 }
 
-TEST_P(GgufReference, SpecialIdsVocabSizeAndChatTemplateCarryOver) {
+void GgufReference::SpecialIdsVocabSizeAndChatTemplateCarryOver() {
   const auto hf = Tokenizer::load(test::tokenizer_fixture(GetParam()));
   EXPECT_EQ(tokenizer_->vocab_size(), cases_["vocab_size"].get<int32_t>());
   EXPECT_EQ(tokenizer_->bos_id(), hf.bos_id());
@@ -245,6 +249,27 @@ TEST_P(GgufReference, SpecialIdsVocabSizeAndChatTemplateCarryOver) {
   for (int32_t id = 0; id < tokenizer_->vocab_size(); id += 97) {
     EXPECT_EQ(tokenizer_->is_special(id), hf.is_special(id)) << id;
     EXPECT_EQ(tokenizer_->id_to_token(id), hf.id_to_token(id)) << id;
+  }
+}
+
+// One test per fixture, its checks in turn: building a real vocabulary's tokenizer (160K tokens and
+// merges) is most of the time, and each test runs in its own process.
+TEST_P(GgufReference, MatchesTokenizerJsonAndTransformers) {
+  {
+    SCOPED_TRACE("EncodeMatchesTokenizerJsonIds");
+    EncodeMatchesTokenizerJsonIds();
+  }
+  {
+    SCOPED_TRACE("DecodeMatchesHf");
+    DecodeMatchesHf();
+  }
+  {
+    SCOPED_TRACE("RoundTripsWhereHfDoes");
+    RoundTripsWhereHfDoes();
+  }
+  {
+    SCOPED_TRACE("SpecialIdsVocabSizeAndChatTemplateCarryOver");
+    SpecialIdsVocabSizeAndChatTemplateCarryOver();
   }
 }
 
