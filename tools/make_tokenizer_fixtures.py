@@ -22,11 +22,14 @@ Usage: python3 tools/make_tokenizer_fixtures.py --qwen-wheel W1.whl --mistral-wh
         needs transformers, tokenizers, sentencepiece, protobuf)
 """
 import argparse
+import ast
 import base64
+import inspect
 import copy
 import json
 import os
 import tempfile
+import textwrap
 import zipfile
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -476,6 +479,72 @@ def build_kimi(splintr_wheel, out_dir):
     return tok
 
 
+# gpt-oss's o200k_harmony: o200k_base's ranks and pattern (tiktoken's openai_public) and the harmony
+# specials, the rest of 199998 .. 201087 reserved.
+O200K_BASE_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"  # tiktoken's expected_hash
+HARMONY_SPECIALS = {199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>",
+                    200003: "<|constrain|>", 200005: "<|channel|>", 200006: "<|start|>", 200007: "<|end|>",
+                    200008: "<|message|>", 200012: "<|call|>", 200018: "<|endofprompt|>"}
+GPT_OSS_TEXTS = [
+    "<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>Hi<|end|>"
+    "<|start|>assistant<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hello!<|return|>",
+    "HTTPServer parseJSONString I'M HERE, we'll see; path/to/file 12345 ÉCOLE",
+]
+
+
+def build_gpt_oss(splintr_wheel, out_dir):
+    """o200k_harmony: the o200k_base ranks the splintr-rs wheel embeds (checked against tiktoken's
+    published hash of o200k_base.tiktoken), the harmony specials, as a byte-level tokenizer.json;
+    references from tiktoken with o200k_base's pattern."""
+    import hashlib
+    import tiktoken
+    from tiktoken_ext import openai_public
+    with tempfile.TemporaryDirectory() as tmp:
+        with zipfile.ZipFile(splintr_wheel) as zf:
+            zf.extractall(tmp)
+        import sys
+        sys.path.insert(0, tmp)
+        import splintr
+        oss = splintr.Tokenizer.from_pretrained("gpt-oss")
+        ranks = {oss.decode_token_bytes(i): i for i in range(199998)}
+        sys.path.remove(tmp)
+    assert len(ranks) == 199998
+    text = "".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda x: x[1]))
+    assert hashlib.sha256(text.encode()).hexdigest() == O200K_BASE_SHA256, "not o200k_base's ranks"
+    specials = {HARMONY_SPECIALS.get(i, f"<|reserved_{i}|>"): i for i in range(199998, 201088)}
+    vocab, merges = vocab_merges_from_ranks(ranks)
+    # o200k_base's pat_str as tiktoken's source writes it (calling o200k_base() would download the ranks).
+    tree = ast.parse(textwrap.dedent(inspect.getsource(openai_public.o200k_base)))
+    pat_node = next(n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and n.targets[0].id == "pat_str")
+    o200k_pat = "|".join(ast.literal_eval(pat_node.args[0]))
+    assert o200k_pat == O200K_REGEX.replace("\r", "\\r").replace("\n", "\\n"), "synth_o200k's regex is not o200k's"
+    d = {"version": "1.0", "truncation": None, "padding": None,
+         "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                           "normalized": False, "special": True} for t, i in sorted(specials.items(), key=lambda x: x[1])],
+         "normalizer": None,
+         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+             {"type": "Split", "pattern": {"Regex": o200k_pat}, "behavior": "Isolated", "invert": False},
+             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+         "post_processor": None,
+         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                   "vocab": vocab, "merges": merges}}
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(os.path.join(out_dir, "tokenizer.json"), d)
+    template = open(os.path.join(os.path.dirname(OUT), "chat_templates", "gpt_oss.jinja"), encoding="utf-8").read()
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|startoftext|>", "eos_token": "<|return|>",
+        "pad_token": "<|endoftext|>", "unk_token": None, "chat_template": template})
+    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    enc = tiktoken.Encoding("o200k_harmony", pat_str=o200k_pat, mergeable_ranks=ranks, special_tokens=specials)
+    for text_case in text_cases() + GPT_OSS_TEXTS:
+        want = enc.encode(text_case, allowed_special="all")
+        got = tok.encode(text_case, add_special_tokens=False).ids
+        assert got == want, (text_case[:60], got[:20], want[:20])
+    return tok
+
+
 # DeepSeek's specials and pre-tokenizer splits (digit runs of at most three, CJK runs, a punctuation
 # mark glued to the word after it) over text that reaches them.
 DEEPSEEK_TEXTS = [
@@ -510,7 +579,7 @@ def write_json(path, obj):
         json.dump(obj, f, ensure_ascii=False, separators=(",", ":"))
 
 
-def write_cases(out_dir, tok, extra_texts=(), extra_conversations=()):
+def write_cases(out_dir, tok, extra_texts=(), extra_conversations=(), render_chats=True):
     cases = []
     for text in text_cases() + list(extra_texts):
         enc = tok.encode(text, add_special_tokens=True).ids
@@ -523,7 +592,7 @@ def write_cases(out_dir, tok, extra_texts=(), extra_conversations=()):
         })
     chats = []
     cfg_path = os.path.join(out_dir, "tokenizer_config.json")
-    if os.path.exists(cfg_path) and "chat_template" in json.load(open(cfg_path)):
+    if render_chats and os.path.exists(cfg_path) and "chat_template" in json.load(open(cfg_path)):
         from transformers import AutoTokenizer
         hf = AutoTokenizer.from_pretrained(out_dir)
         for messages in CONVERSATIONS + list(extra_conversations):
@@ -545,7 +614,8 @@ def main():
     ap.add_argument("--qwen-wheel")
     ap.add_argument("--mistral-wheel")
     ap.add_argument("--deepseek-wheel")
-    ap.add_argument("--splintr-wheel", help="splintr-rs 0.22.0: Kimi-K2's vocabulary (needs tiktoken)")
+    ap.add_argument("--splintr-wheel",
+                    help="splintr-rs 0.22.0: Kimi-K2's and gpt-oss's vocabularies (needs tiktoken)")
     ap.add_argument("--synthetic", action="store_true", help="the synth_* folders but those of --regex-synthetic")
     ap.add_argument("--regex-synthetic", action="store_true", help="synth_o200k and synth_glm4")
     args = ap.parse_args()
@@ -564,6 +634,9 @@ def main():
     if args.splintr_wheel:
         kdir = os.path.join(OUT, "kimi_k2")
         write_cases(kdir, build_kimi(args.splintr_wheel, kdir), KIMI_TEXTS)
+        gdir = os.path.join(OUT, "gpt_oss")
+        # Its template prints today's date: chat_templates/gpt_oss.json renders it at a pinned instant.
+        write_cases(gdir, build_gpt_oss(args.splintr_wheel, gdir), GPT_OSS_TEXTS, render_chats=False)
     if args.synthetic:
         for out_dir, tok in build_synthetic():
             write_cases(out_dir, tok)

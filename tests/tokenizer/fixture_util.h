@@ -27,6 +27,7 @@ inline std::vector<std::string> tokenizer_fixture_names() {
           "mistral_metaspace",
           "deepseek_v3",
           "kimi_k2",
+          "gpt_oss",
           "synth_bytelevel",
           "synth_ignore_merges",
           "synth_metaspace",

@@ -88,7 +88,8 @@ std::filesystem::path gguf_fixture(const std::string& name) {
 
 Tokenizer load_gguf(const std::filesystem::path& path) { return Tokenizer::from_gguf(*GgufFile::open(path)); }
 
-// The real vocabularies' GGUF forms (qwen2 5.9 MB, deepseek_v3 5.6 MB, kimi_k2 about 6 MB) are too large to commit: the
+// The real vocabularies' GGUF forms (qwen2 5.9 MB, deepseek_v3 5.6 MB, kimi_k2 and gpt_oss about 6-7 MB) are too
+// large to commit: the
 // test writes them from the tokenizer.json the way tools/gguf_vocab.py does (the byte-level path:
 // tokens by id, added tokens as their text, CONTROL when special or "<|...|>", merges as "a b"),
 // with the architecture and tokenizer.ggml.pre llama.cpp's converter gives the family.
@@ -96,11 +97,10 @@ struct RealVocab {
   const char* arch;
   const char* pre;
 };
-const std::map<std::string, RealVocab> kRealVocabs = {{"qwen2", {"qwen2moe", "qwen2"}},
-                                                      {"deepseek_v3", {"deepseek2", "deepseek-v3"}},
-                                                      {"kimi_k2", {"deepseek2", "kimi-k2"}},
-                                                      {"synth_o200k", {"gpt-oss", "gpt-4o"}},
-                                                      {"synth_glm4", {"glm4moe", "glm4"}}};
+const std::map<std::string, RealVocab> kRealVocabs = {
+    {"qwen2", {"qwen2moe", "qwen2"}},       {"deepseek_v3", {"deepseek2", "deepseek-v3"}},
+    {"kimi_k2", {"deepseek2", "kimi-k2"}},  {"gpt_oss", {"gpt-oss", "gpt-4o"}},
+    {"synth_o200k", {"gpt-oss", "gpt-4o"}}, {"synth_glm4", {"glm4moe", "glm4"}}};
 
 // A token named by tokenizer_config.json: a string, or an AddedToken object with its content.
 std::string config_token(const json& config, const char* key) {
@@ -274,7 +274,7 @@ TEST_P(GgufReference, MatchesTokenizerJsonAndTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufReference,
-                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3", "kimi_k2",
+                         ::testing::Values("synth_bytelevel", "mistral", "qwen2", "deepseek_v3", "kimi_k2", "gpt_oss",
                                            "synth_o200k", "synth_glm4"),
                          [](const auto& info) { return info.param; });
 
