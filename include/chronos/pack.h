@@ -31,12 +31,6 @@ struct PackOptions {
   int threads = 0;  // quantization threads; 0: one per hardware thread
 };
 
-// A [rows, cols] weight converted to `target` (rows quantized one by one for a block type, after
-// block_dtype_for_row): the returned view points into `storage`. Rows are converted in parallel on
-// `pool` when given; the bytes do not depend on it.
-WeightView convert_weight(const WeightView& weight, DType target, std::vector<std::byte>& storage,
-                          ThreadPool* pool = nullptr);
-
 struct PackSummary {
   int64_t n_clusters = 0;
   int64_t expert_bytes = 0;  // all cluster files

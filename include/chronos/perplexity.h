@@ -25,7 +25,7 @@ namespace chronos {
 struct SavedLogits {
   uint64_t text_hash = 0, tokens_hash = 0;
   int64_t n_ctx = 0, windows = 0, n_vocab = 0, top_k = 0;
-  std::string source;              // the model that made it, for messages
+  std::string source;              // for messages: the model that made it (saved), or the file it was read from
   std::vector<int32_t> top_ids;    // [positions, top_k]
   std::vector<float> top_logp;     // [positions, top_k]
   std::vector<float> target_logp;  // [positions]

@@ -69,38 +69,6 @@ bool dense_matrix_converts(TensorRole role) {
 
 }  // namespace
 
-WeightView convert_weight(const WeightView& w, DType target, std::vector<std::byte>& storage, ThreadPool* pool) {
-  const DType dtype = dtype_is_block(target) ? block_dtype_for_row(target, w.cols) : target;
-  if (dtype == w.dtype) return w;
-  if (!dtype_is_block(dtype) && dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16)
-    throw_error("cannot convert weights to {}", dtype_name(dtype));
-  const int64_t row_bytes = dtype_row_bytes(dtype, w.cols);
-  storage.resize(size_t(w.rows * row_bytes));
-  const auto convert_rows = [&](int64_t begin, int64_t end) {
-    std::vector<float> row(size_t(w.cols));
-    for (int64_t r = begin; r < end; ++r) {
-      ops::weight_row_to_f32(row.data(), w, r);
-      std::byte* out = storage.data() + r * row_bytes;
-      if (dtype_is_block(dtype)) {
-        quantize_row(dtype, row.data(), out, w.cols);
-      } else if (dtype == DType::kF32) {
-        std::memcpy(out, row.data(), size_t(row_bytes));
-      } else {
-        for (int64_t i = 0; i < w.cols; ++i) {
-          const uint16_t bits = dtype == DType::kF16 ? f32_to_f16(row[size_t(i)]) : f32_to_bf16(row[size_t(i)]);
-          std::memcpy(out + i * 2, &bits, 2);
-        }
-      }
-    }
-  };
-  // Each row is quantized on its own, so the bytes are the same whatever the split.
-  if (pool != nullptr && pool->size() > 1)
-    pool->parallel_for(w.rows, 16, convert_rows);
-  else
-    convert_rows(0, w.rows);
-  return WeightView{storage.data(), dtype, w.rows, w.cols};
-}
-
 std::string model_fingerprint_of(const Model& model, const fs::path& model_dir) {
   if (model.gguf_file() == nullptr) return model_fingerprint(model_dir);
   return model_fingerprint(model.gguf_config_json(), model.all_tensors());
@@ -212,7 +180,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
       ExpertSource source{key, w.gate, w.up, w.down};
       if (options.expert_type) {
         for (WeightView* view : {&source.gate, &source.up, &source.down})
-          *view = convert_weight(*view, *options.expert_type, converted.emplace_back(), &pool);
+          *view = ops::convert_weight(*view, *options.expert_type, converted.emplace_back(), &pool);
       }
       sources.push_back(source);
       cluster.experts.push_back(key);
@@ -245,7 +213,7 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
       const FfnWeights& w = weights.layers[size_t(key.layer)].experts[size_t(key.expert)];
       ExpertSource source{key, w.gate, w.up, w.down};
       for (WeightView* view : {&source.gate, &source.up, &source.down})
-        *view = convert_weight(*view, *options.lowbit_type, converted.emplace_back(), &pool);
+        *view = ops::convert_weight(*view, *options.lowbit_type, converted.emplace_back(), &pool);
       sources.push_back(source);
     }
     for (PackedExpert& packed : write_ctsr(tmp / lowbit.file, kLowbitClusterId, fingerprint, sources))
@@ -288,14 +256,14 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
     if (const WeightView* fp8 = model.fp8_weight(t->name)) {
       DType target = options.dense_type.value_or(DType::kBF16);
       if (dtype_is_block(target) && fp8->cols % 32 != 0) target = DType::kBF16;  // no block fits the row
-      add_converted(*t, convert_weight(*fp8, target, dense_storage.emplace_back(), &pool));
+      add_converted(*t, ops::convert_weight(*fp8, target, dense_storage.emplace_back(), &pool));
       continue;
     }
     if (options.dense_type && convertible.count(t->name) && !(options.dense_type == t->dtype)) {
       const WeightView source{t->data, t->dtype, t->shape[0], t->shape[1]};
       // A matrix whose rows fit no block (not a multiple of 32) keeps its type.
       if (!dtype_is_block(*options.dense_type) || t->shape[1] % 32 == 0) {
-        add_converted(*t, convert_weight(source, *options.dense_type, dense_storage.emplace_back(), &pool));
+        add_converted(*t, ops::convert_weight(source, *options.dense_type, dense_storage.emplace_back(), &pool));
         continue;
       }
     }

@@ -149,9 +149,12 @@ SavedLogits load_saved_logits(const std::filesystem::path& path) {
   return saved;
 }
 
+namespace {
+
+// kl_divergence_top with `top`, q_logits.size() zeros, as scratch (left zeroed).
 double kl_divergence_top(std::span<const int32_t> ids, std::span<const float> logp, float rest_logp,
-                         std::span<const float> q_logits) {
-  CHRONOS_CHECK(ids.size() == logp.size() && !q_logits.empty());
+                         std::span<const float> q_logits, std::vector<uint8_t>& top) {
+  CHRONOS_CHECK(ids.size() == logp.size() && !q_logits.empty() && top.size() == q_logits.size());
   const double lq = log_sum_exp(q_logits);
   double kl = 0.0;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -160,14 +163,22 @@ double kl_divergence_top(std::span<const int32_t> ids, std::span<const float> lo
   }
   // The other tokens as one bucket on each side; q's summed directly (1 - its top mass would cancel).
   if (std::isfinite(rest_logp)) {
-    std::vector<uint8_t> top(q_logits.size(), 0);
     for (const int32_t id : ids) top[size_t(id)] = 1;
     double q_rest = 0.0;
     for (size_t i = 0; i < q_logits.size(); ++i)
       if (top[i] == 0) q_rest += std::exp(double(q_logits[i]) - lq);
+    for (const int32_t id : ids) top[size_t(id)] = 0;
     kl += std::exp(double(rest_logp)) * (double(rest_logp) - std::log(std::max(q_rest, 1e-300)));
   }
   return std::max(kl, 0.0);
+}
+
+}  // namespace
+
+double kl_divergence_top(std::span<const int32_t> ids, std::span<const float> logp, float rest_logp,
+                         std::span<const float> q_logits) {
+  std::vector<uint8_t> top(q_logits.size(), 0);
+  return kl_divergence_top(ids, logp, rest_logp, q_logits, top);
 }
 
 double negative_log_likelihood(std::span<const float> logits, int32_t target) {
@@ -239,6 +250,7 @@ PerplexityResult measure_perplexity(std::span<const int32_t> text, const Perplex
     save->rest_logp.clear();
   }
   std::vector<float> logits, ref_logits;
+  std::vector<uint8_t> top(base != nullptr ? size_t(n_vocab) : 0, 0);  // kl_divergence_top's scratch
   int64_t position = 0;
   for (int64_t w = 0; w < windows; ++w) {
     const std::span<const int32_t> window = text.subspan(size_t(w * n_ctx), size_t(n_ctx));
@@ -258,7 +270,7 @@ PerplexityResult measure_perplexity(std::span<const int32_t> text, const Perplex
         const size_t k = size_t(base->top_k), at = size_t(position) * k;
         result.ref_nll_sum -= base->target_logp[size_t(position)];
         result.kl_sum += kl_divergence_top({base->top_ids.data() + at, k}, {base->top_logp.data() + at, k},
-                                           base->rest_logp[size_t(position)], row);
+                                           base->rest_logp[size_t(position)], row, top);
         result.top1_agree += base->top_ids[at] == argmax(row);
       }
     }

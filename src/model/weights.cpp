@@ -204,18 +204,6 @@ WeightView fp8_view(const TensorInfo& t, const TensorInfo* scale, const ModelCon
   return WeightView{t.data, DType::kF8E4M3, rows, cols, scales.data(), br, bc};
 }
 
-// The BF16 copy of a matrix, rounded from its f32 values as torch rounds.
-WeightView to_bf16(const WeightView& w, std::vector<std::byte>& storage) {
-  storage.resize(size_t(w.rows * w.cols * 2));
-  auto* out = reinterpret_cast<uint16_t*>(storage.data());
-  std::vector<float> row(size_t(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    ops::weight_row_to_f32(row.data(), w, r);
-    for (int64_t i = 0; i < w.cols; ++i) out[r * w.cols + i] = f32_to_bf16(row[size_t(i)]);
-  }
-  return WeightView{storage.data(), DType::kBF16, w.rows, w.cols};
-}
-
 }  // namespace
 
 const WeightView* Model::fp8_weight(std::string_view name) const {
@@ -321,7 +309,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
       const std::string scale_name = spec.name + "_scale_inv";
       WeightView view = fp8_view(*t, find(scale_name), c, model->fp8_scales_.emplace_back());
       model->fp8_weights_.emplace(spec.name, view);
-      if (!options.keep_fp8) view = to_bf16(view, model->dequantized_.emplace_back());
+      if (!options.keep_fp8) view = ops::convert_weight(view, DType::kBF16, model->dequantized_.emplace_back());
       used.insert(spec.name);
       used.insert(scale_name);
       const bool routed = spec.expert >= 0;

@@ -54,8 +54,7 @@ ReasoningParts ReasoningSplitter::drain(bool final) {
     rest.remove_prefix(rest.size() - held);
     break;
   }
-  pending_ = std::string(rest);
-  if (final) pending_.clear();
+  pending_.erase(0, pending_.size() - rest.size());  // at the end nothing is held back
   return out;
 }
 

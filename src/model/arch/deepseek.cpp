@@ -112,11 +112,9 @@ void read_config_glm_lite(const nlohmann::json& j, ModelConfig& c) {
     }
   }
   moe["first_k_dense_replace"] = leading_dense;
-  double partial = json_number_or(j, "partial_rotary_factor", 1.0);
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    partial = json_number_or(j["rope_parameters"], "partial_rotary_factor", partial);
-  if (partial != 1.0)
-    throw_error("key 'partial_rotary_factor': {} is not supported (MLA rotates all of qk_rope_head_dim: 1)", partial);
+  if (c.n_rot != c.head_dim)  // the common reader's head_dim * partial_rotary_factor
+    throw_error("key 'partial_rotary_factor': {} is not supported (MLA rotates all of qk_rope_head_dim: 1)",
+                double(c.n_rot) / double(c.head_dim));
   read_moe(moe, c, RouterKind::kSigmoidBias, true);
   c.rope_interleaved = json_bool_or(j, "rope_interleave", true);
   read_mla(j, c);
