@@ -18,6 +18,7 @@
 namespace chronos {
 
 class GgufFile;
+struct PackManifest;
 class ThreadPool;
 class Stream;
 struct GgufTensors;
@@ -246,6 +247,9 @@ struct ModelLoadOptions {
   // inspect counts them). By default they are dequantized to BF16 at load, as transformers does on a
   // CPU, so that the forward runs them.
   bool keep_fp8 = false;
+  // A .gguf file: its routed experts are not bound but streamed from the file in place by an
+  // ExpertProvider (gguf_experts() describes their slices); the dense tensors stay mapped.
+  bool stream_gguf_experts = false;
 };
 
 class Model {
@@ -300,8 +304,12 @@ class Model {
   void forward(std::span<const int32_t> tokens, int64_t pos, KvStore& kv, DeviceOps& device, ForwardState& state,
                float* logits, bool all_logits, const ForwardHooks& hooks) const;
 
-  // True when the routed experts were not bound at load (a pack folder): a provider is required.
+  // True when the routed experts were not bound at load (a pack folder, or a .gguf file loaded with
+  // stream_gguf_experts): a provider is required.
   bool experts_streamed() const { return experts_streamed_; }
+  // A .gguf file loaded with stream_gguf_experts: its routed experts' slices and reads, as the one
+  // cluster of a manifest (gguf_expert_manifest); null otherwise.
+  const PackManifest* gguf_experts() const { return gguf_experts_.get(); }
   // A tensor stored as FP8 with block scales, as a view that weight_row_to_f32 reads (also after
   // it was dequantized for the forward); null for any other tensor. The name of its scale tensor is
   // the name + "_scale_inv".
@@ -325,6 +333,7 @@ class Model {
   TensorStore store_;
   std::shared_ptr<const GgufTensors> gguf_;  // a model loaded from one .gguf file
   std::string gguf_config_json_;
+  std::shared_ptr<const PackManifest> gguf_experts_;  // its experts, when streamed in place
   ModelWeights weights_;
   ModelSizes sizes_;
   bool experts_streamed_ = false;

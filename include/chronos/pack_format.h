@@ -32,8 +32,20 @@ struct PackedTensor {
   int64_t bytes = 0;
 };
 
-// Where one expert lives: one extent [offset, offset + bytes) of its cluster file, 4096-aligned
-// and padded to a multiple of 4096, holding gate, up and down back to back.
+// One read of an expert whose tensors are not adjacent in its file (streamed from a GGUF file, where
+// each is a slice of a stacked ffn_*_exps tensor): file bytes [offset, offset + bytes), widened to
+// 4096-byte boundaries (cut at the end of the file) so that it may be an O_DIRECT read, land at
+// `slot_offset` of the expert's slot, a multiple of 4096.
+struct ExpertPiece {
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  int64_t slot_offset = 0;
+};
+
+// Where one expert lives. In a pack: one extent [offset, offset + bytes) of its cluster file,
+// 4096-aligned and padded to a multiple of 4096, holding gate, up and down back to back. Streamed
+// from a GGUF file: `pieces`, one aligned read per tensor, `bytes` their sum (what its slot holds),
+// `offset` the first piece's, and no checksum.
 struct PackedExpert {
   ExpertKey key{};
   int32_t cluster = 0;
@@ -41,14 +53,37 @@ struct PackedExpert {
   int64_t bytes = 0;
   uint64_t xxh64 = 0;  // XXH64 (seed 0) of the gate+up+down bytes, padding excluded
   PackedTensor gate, up, down;
+  std::vector<ExpertPiece> pieces;  // empty in a pack: the one extent
+
   int64_t payload_bytes() const { return gate.bytes + up.bytes + down.bytes; }
+  bool scattered() const { return !pieces.empty(); }
+  // Where tensor `t` (gate, up or down of this expert) starts in the expert's slot.
+  int64_t slot_offset(const PackedTensor& t) const;
+};
+
+// One routed expert of a GGUF file: its gate, up and down slices of the stacked ffn_*_exps tensors
+// (absolute file offsets, each with its own type and [rows, cols]).
+struct GgufExpertSlices {
+  ExpertKey key{};
+  PackedTensor gate, up, down;
+};
+
+// What identifies a file besides its size (stat's device, inode and modification time): a GGUF
+// file streamed in place has no checksums, so a file replaced or rewritten after the model was
+// loaded is refused when its reads begin (a pack's extents carry XXH64 instead).
+struct FileIdentity {
+  uint64_t device = 0, inode = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileIdentity&) const = default;
+  static FileIdentity of(int fd);  // Error when fstat fails
 };
 
 struct PackCluster {
   int32_t id = 0;
-  std::string file;                // plain file name inside the pack folder
-  int64_t bytes = 0;               // size of the file
-  std::vector<ExpertKey> experts;  // in file order
+  std::string file;                      // plain file name inside the pack folder
+  int64_t bytes = 0;                     // size of the file
+  std::vector<ExpertKey> experts;        // in file order
+  std::optional<FileIdentity> identity;  // a GGUF file streamed in place: as it was when loaded
 };
 
 // The low-bit copies of every routed expert (chronos pack --lowbit-type): one file of the pack
@@ -96,6 +131,14 @@ struct PackManifest {
   // type a K `dtype` falls back to on rows it does not fit, or one of `dtypes`.
   bool accepts_expert_dtype(DType type, const std::vector<int64_t>& shape) const;
 };
+
+// The manifest of a GGUF file's routed experts (GgufExpertSlices), streamed in place: one cluster
+// (id 0, `file_name`, `file_bytes`, `identity`), every expert's pieces planned, `dtype` the type
+// holding most expert bytes and `dtypes` every type when they differ. Error when a slice runs past
+// the end of the file.
+PackManifest gguf_expert_manifest(const std::string& file_name, int64_t file_bytes, const FileIdentity& identity,
+                                  std::string architecture, int64_t num_moe_layers, int64_t num_experts,
+                                  std::string fingerprint, std::span<const GgufExpertSlices> experts);
 
 // The gate/up/down weights of one expert to pack.
 struct ExpertSource {

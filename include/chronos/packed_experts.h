@@ -49,7 +49,11 @@ struct StreamerOptions {
   AsyncPrefetcher::Options prefetch;
   PrefetchMode mode = PrefetchMode::kNone;
   int32_t predict_per_layer = 0;  // experts named per (horizon, layer); 0: the model's top-k
-  double intent_share = 0.5;      // share of the cache the prefill intent set may fill
+  // The folder of predictors.safetensors (chronos train-predictors -o): empty for the pack folder;
+  // a model streamed from a .gguf file names one (a sidecar folder, --predictors). Predictors
+  // trained on another model's traces are refused.
+  std::filesystem::path predictors_dir;
+  double intent_share = 0.5;  // share of the cache the prefill intent set may fill
   // Prefetch only what is worth its bytes: predictions scored below this probability are neither
   // read nor protected, and of the rest at most this many bytes per forward step are read (the
   // nearest horizons and highest scores first; experts already resident are not counted; 0: no

@@ -49,6 +49,8 @@ class Predictors {
   int32_t n_expert() const;
   int32_t n_expert_used() const;
   const std::vector<int32_t>& moe_layers() const;  // the model's own indices of its MoE layers
+  // The fingerprint of the model whose traces they were trained on (predictors.json).
+  const std::string& model_fingerprint() const;
 
   // LookaheadRouter on one h0 [n_embd] (f32): for each horizon 0..K and each MoE layer that
   // horizon covers, the top `per_layer` experts with their probabilities. Ordered by horizon,

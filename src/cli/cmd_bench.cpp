@@ -120,8 +120,9 @@ int run_bench(const BenchArgs& args) {
           }
   const auto dir = resolve_model_dir(args.model);
   const auto prompts_all = read_prompts_jsonl(args.prompts);
-  auto model = Model::load(dir);
-  if (!model->experts_streamed()) throw_error("{}: chronos bench needs a pack folder (chronos pack)", dir.string());
+  auto model = Model::load(dir, ModelLoadOptions{.stream_gguf_experts = true});
+  if (!model->experts_streamed())
+    throw_error("{}: chronos bench needs a pack folder (chronos pack) or a .gguf file", dir.string());
   const Tokenizer tokenizer = open_tokenizer(*model, dir);
   const ModelConfig& c = model->config();
   const int64_t n_ctx = std::min(args.ctx_size, c.n_ctx_train);
@@ -161,7 +162,7 @@ int run_bench(const BenchArgs& args) {
 
   int64_t resident_budget = 0;
   {
-    const PackManifest manifest = PackManifest::load(dir);
+    const PackManifest manifest = model->gguf_experts() ? *model->gguf_experts() : PackManifest::load(dir);
     int64_t slot = 0;
     for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
     resident_budget = slot * std::ssize(manifest.experts);
@@ -333,7 +334,7 @@ Command register_bench(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* sub =
       app.add_subcommand("bench", "Benchmark a pack over prompts and sweeps of cache budget, miss policy, prefetch");
-  sub->add_option("-m,--model", args->model, "Pack folder");
+  sub->add_option("-m,--model", args->model, "Pack folder or .gguf file");
   sub->add_option("--prompts", args->prompts, "Prompts (JSON lines with \"prompt\")")->required();
   sub->add_option("-n,--n-predict", args->n_predict, "Tokens per prompt")
       ->capture_default_str()

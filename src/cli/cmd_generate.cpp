@@ -121,7 +121,7 @@ int run_generate(const GenerateArgs& args) {
   const auto load_start = std::chrono::steady_clock::now();
   const StreamingFlags& streaming = args.streaming;
   streamer_options(streaming, int64_t(1) << 40);  // every streaming flag checked before the model loads
-  const auto model = Model::load(dir);
+  const auto model = Model::load(dir, model_load_options(streaming, dir));
   const Tokenizer tokenizer = open_tokenizer(*model, dir);
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const ModelConfig& cfg = model->config();
@@ -170,13 +170,14 @@ int run_generate(const GenerateArgs& args) {
         fmt::format("--ctx-size {} exceeds the model's max_position_embeddings {}", n_ctx, cfg.n_ctx_train));
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
-  // The CPU backend is only needed for a pack folder; a CUDA device always.
+  // The CPU backend is only needed for streamed experts; a CUDA device always.
   const bool on_cuda = streaming.device != "cpu";
   std::unique_ptr<Backend> backend;
   if (on_cuda || model->experts_streamed()) backend = make_backend(streaming.device);
   if (!streaming.pinned_budget.empty() && !(on_cuda && model->experts_streamed()))
-    throw UsageError("--pinned-budget needs --device cuda and a pack folder (it bounds the page-locked staging tier)");
-  // A pack folder streams its routed experts through a budgeted cache.
+    throw UsageError(
+        "--pinned-budget needs --device cuda and streamed experts (it bounds the page-locked staging tier)");
+  // A pack folder, or a .gguf file read in place, streams its routed experts through a budgeted cache.
   std::unique_ptr<ExpertStreamer> streamer;
   if (model->experts_streamed()) {
     // Resident beside the cache: the dense weights and the KV store.
@@ -184,9 +185,7 @@ int run_generate(const GenerateArgs& args) {
     streamer = make_streamer(*model, dir, *backend, streamer_options(streaming, model->sizes().expert_bytes, resident),
                              streaming.expert_cache, streaming.pinned_budget);
   } else if (streaming.asks_for_streaming()) {
-    throw UsageError(
-        "--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
-        "folder (chronos pack)");
+    throw UsageError(kNeedsStreamedModel);
   }
   const ForwardHooks hooks = streamer ? streamer->hooks() : ForwardHooks{};
   Generator generator =

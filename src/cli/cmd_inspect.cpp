@@ -299,7 +299,7 @@ int run_inspect(const InspectArgs& args) {
         "memory here      {} to run resident (with a {}-token KV store), {} available ({}); "
         "--expert-cache auto{}: {} of the experts ({:.0f}%)\n",
         human_bytes(resident), memory->kv_ctx, human_bytes(memory->available.bytes), memory->available.source,
-        pack ? "" : " on a pack of it", human_bytes(memory->auto_budget.bytes),
+        pack || !file_types.empty() ? "" : " on a pack of it", human_bytes(memory->auto_budget.bytes),
         s.expert_bytes > 0 ? 100.0 * double(memory->auto_budget.bytes) / double(s.expert_bytes) : 0.0);
   }
   if (!file_types.empty()) {

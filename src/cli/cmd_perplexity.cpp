@@ -78,7 +78,7 @@ struct Loaded {
 Loaded load(const std::filesystem::path& dir, const StreamingFlags& streaming, bool use_flags, ThreadPool& pool,
             int64_t n_ctx, int64_t resident_elsewhere = 0) {
   Loaded l;
-  l.model = Model::load(dir);
+  l.model = Model::load(dir, use_flags ? model_load_options(streaming, dir) : ModelLoadOptions{});
   if (n_ctx > l.model->config().n_ctx_train)
     throw UsageError(fmt::format("--ctx-size {} exceeds {}'s max_position_embeddings {}", n_ctx, dir.string(),
                                  l.model->config().n_ctx_train));
@@ -140,10 +140,7 @@ int run_perplexity(const PerplexityArgs& args) {
   const int64_t reference_bytes =
       reference.model ? reference.model->sizes().dense_bytes + reference.model->sizes().expert_bytes : 0;
   const Loaded model = load(dir, args.streaming, true, pool, args.ctx_size, reference_bytes);
-  if (!model.model->experts_streamed() && args.streaming.asks_for_streaming())
-    throw UsageError(
-        "--expert-cache, --on-miss, --prefetch, --eviction, --io-latency-ms and --pread need a pack "
-        "folder (chronos pack)");
+  if (!model.model->experts_streamed() && args.streaming.asks_for_streaming()) throw UsageError(kNeedsStreamedModel);
   if (reference.model) {
     if (reference.model->config().n_vocab != model.model->config().n_vocab)
       throw UsageError(fmt::format("--ref {}: a vocabulary of {} tokens, the model's is {}", args.reference,
@@ -220,7 +217,7 @@ Command register_perplexity(CLI::App& app) {
   auto args = std::make_shared<PerplexityArgs>();
   CLI::App* sub = app.add_subcommand(
       "perplexity", "Teacher-forced quality: perplexity, and against --ref its change, mean KL and top-1 agreement");
-  sub->add_option("-m,--model", args->model, "Checkpoint or pack folder to measure");
+  sub->add_option("-m,--model", args->model, "Checkpoint, pack folder or .gguf file to measure");
   sub->add_option("--ref", args->reference, "The exact model to compare with (all experts resident)");
   sub->add_option("-f,--text", args->text,
                   "Held-out text: a text file, or a prompts .jsonl (default: the model folder's prompts/test.jsonl)");

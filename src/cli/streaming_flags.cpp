@@ -8,6 +8,7 @@
 
 #include "chronos/budget.h"
 #include "chronos/error.h"
+#include "chronos/gguf.h"
 #include "cli/flags.h"
 
 namespace chronos::cli {
@@ -16,44 +17,72 @@ bool StreamingFlags::asks_for_streaming() const {
   const StreamingFlags defaults;
   return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || !wait_above.empty() ||
          prefetch != defaults.prefetch || !prefetch_min_score.empty() || !prefetch_cap.empty() ||
-         !intent_share.empty() || eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread;
+         !intent_share.empty() || eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread ||
+         !predictors.empty();
+}
+
+ModelLoadOptions model_load_options(const StreamingFlags& flags, const std::filesystem::path& path) {
+  if (!is_gguf_path(path)) return {};
+  if (flags.asks_for_streaming() || flags.expert_cache_given) return {.stream_gguf_experts = true};
+  // No flag: the file's expert and dense bytes from its directory, before anything is mapped for use.
+  const auto file = GgufFile::open(path);
+  int64_t expert_bytes = 0, dense_bytes = 0;
+  for (const GgufTensor& t : file->tensors())
+    (t.name.find("_exps.") != std::string::npos ? expert_bytes : dense_bytes) += t.n_bytes;
+  if (expert_bytes == 0) return {};
+  try {
+    const AutoBudget budget = default_expert_budget(available_memory(), expert_bytes, dense_bytes);
+    return {.stream_gguf_experts = budget.bytes < expert_bytes};
+  } catch (const Error& e) {
+    spdlog::debug("the free memory is unknown ({}): {} is mapped whole", e.what(), path.string());
+    return {};
+  }
 }
 
 void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
   const char* list = sweep ? "Comma-separated " : "";
   sub->add_option("--expert-cache", f.expert_cache,
-                  fmt::format("Pack folders: {}expert cache budget{} (2GiB, 512MB, 25%, or auto: what the free "
+                  fmt::format("Streamed experts (a pack folder, or a .gguf file read in place): {}expert cache "
+                              "budget{} (2GiB, 512MB, 25%, or auto: what the free "
                               "memory allows beside the resident weights; without the flag every expert, or auto "
                               "when they do not fit)",
                               list, sweep ? "s" : ""))
       ->capture_default_str()
       ->each([&f](const std::string&) { f.expert_cache_given = true; });
-  sub->add_option("--on-miss", f.on_miss,
-                  fmt::format("Pack folders: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
-                              "made with --lowbit-type) or fallback (left out); lowbit and fallback never block",
-                              list))
+  sub->add_option(
+         "--on-miss", f.on_miss,
+         fmt::format("Streamed experts: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
+                     "made with --lowbit-type) or fallback (left out); lowbit and fallback never block",
+                     list))
       ->capture_default_str();
-  sub->add_option("--wait-above", f.wait_above,
-                  "Pack folders, --on-miss lowbit or fallback: wait for a missing expert whose routing weight is at "
-                  "least this (0..1) instead");
+  sub->add_option(
+      "--wait-above", f.wait_above,
+      "Streamed experts, --on-miss lowbit or fallback: wait for a missing expert whose routing weight is at "
+      "least this (0..1) instead");
   sub->add_option("--prefetch", f.prefetch,
-                  fmt::format("Pack folders: {}none, lru or predict (trained predictors)", list))
+                  fmt::format("Streamed experts: {}none, lru or predict (trained predictors)", list))
       ->capture_default_str();
   sub->add_option("--prefetch-min-score", f.prefetch_min_score,
-                  "Pack folders, --prefetch predict: read ahead only experts predicted with at least this "
+                  "Streamed experts, --prefetch predict: read ahead only experts predicted with at least this "
                   "probability (0..1)");
-  sub->add_option("--prefetch-cap", f.prefetch_cap,
-                  "Pack folders, --prefetch predict: at most this many bytes read ahead per token (64MiB, 2%; none: "
-                  "no cap), the nearest and most likely first (default: the bytes of half the top-k experts)");
+  sub->add_option(
+      "--prefetch-cap", f.prefetch_cap,
+      "Streamed experts, --prefetch predict: at most this many bytes read ahead per token (64MiB, 2%; none: "
+      "no cap), the nearest and most likely first (default: the bytes of half the top-k experts)");
   sub->add_option("--intent-share", f.intent_share,
-                  "Pack folders, --prefetch predict: share of the expert cache (0..1) the IntentClassifier's set "
+                  "Streamed experts, --prefetch predict: share of the expert cache (0..1) the IntentClassifier's set "
                   "read at prefill may fill; 0 turns it off (default 0.5)");
-  sub->add_option("--eviction", f.eviction, fmt::format("Pack folders: {}lru, lru-freq, per-layer or next-use", list))
+  sub->add_option("--predictors", f.predictors,
+                  "Streamed experts, --prefetch predict: the folder of predictors.safetensors (chronos "
+                  "train-predictors -o DIR) when it is not the pack folder, as for a .gguf file; predictors trained "
+                  "on another model are refused");
+  sub->add_option("--eviction", f.eviction,
+                  fmt::format("Streamed experts: {}lru, lru-freq, per-layer or next-use", list))
       ->capture_default_str();
   sub->add_option("--io-latency-ms", f.io_latency_ms,
-                  fmt::format("Pack folders: {}milliseconds added to every expert read", list))
+                  fmt::format("Streamed experts: {}milliseconds added to every expert read", list))
       ->capture_default_str();
-  sub->add_flag("--pread", f.pread, "Pack folders: read with pread threads instead of io_uring");
+  sub->add_flag("--pread", f.pread, "Streamed experts: read with pread threads instead of io_uring");
   sub->add_option("--pinned-budget", f.pinned_budget,
                   "CUDA + pack folders: page-locked staging memory for expert reads (256MiB, 5%; default: one "
                   "slot per read in flight)");
@@ -182,6 +211,13 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes, 
   so.policy = parse_eviction(f.eviction);
   so.prefetch.io_latency_ms = parse_io_latency_ms(f.io_latency_ms);
   so.prefetch.force_pread = f.pread;
+  if (!f.predictors.empty()) {
+    if (so.mode != PrefetchMode::kPredict) throw UsageError("--predictors applies to --prefetch predict");
+    if (!std::filesystem::is_directory(f.predictors))
+      throw UsageError(
+          fmt::format("--predictors {}: not a folder (chronos train-predictors -o makes one)", f.predictors));
+    so.predictors_dir = f.predictors;
+  }
   if (!f.pinned_budget.empty()) so.prefetch.staging_bytes = parse_pinned_budget(f.pinned_budget, expert_bytes);
   return so;
 }

@@ -29,6 +29,7 @@ struct StreamingFlags {
   bool pread = false;
   std::string pinned_budget;  // empty: the prefetcher's default (one staging slot per read in flight)
   std::string device = "cpu";
+  std::string predictors;  // empty: the pack folder's own predictors
 
   // Any of the pack-only flags set to something else than its default.
   bool asks_for_streaming() const;
@@ -55,6 +56,17 @@ double parse_io_latency_ms(const std::string& text);
 int64_t parse_pinned_budget(const std::string& text, int64_t expert_bytes);
 // A comma-separated list (bench's sweeps): at least one value, else UsageError naming `flag`.
 std::vector<std::string> split_list(const std::string& text, const char* flag);
+
+// How the model at `path` loads for a run with these flags: a .gguf file streams its routed
+// experts in place when a streaming flag asks for it (--expert-cache included), or, with none, when
+// they do not fit the memory here beside its dense weights (default_expert_budget); every other
+// model loads as it is (a pack folder always streams, a checkpoint never).
+ModelLoadOptions model_load_options(const StreamingFlags& flags, const std::filesystem::path& path);
+
+// The words of a refusal for a model that cannot stream (a checkpoint folder).
+inline constexpr const char* kNeedsStreamedModel =
+    "--expert-cache, --on-miss, --prefetch, --predictors, --eviction, --io-latency-ms and --pread need a pack folder "
+    "(chronos pack) or a .gguf file";
 
 // StreamerOptions from single values (every list holds one element), checked. --expert-cache auto
 // is resolved (auto_expert_budget, the line that explains it printed to stderr) when

@@ -22,12 +22,16 @@ ExpertStreamer::ExpertStreamer(const Model& model, const std::filesystem::path& 
   if (options_.prefetch_bytes_per_step == StreamerOptions::kPrefetchCapHalfTopK)
     options_.prefetch_bytes_per_step = std::max<int64_t>(1, c.n_expert_used / 2) * experts_->extent_bytes();
   if (options.mode == PrefetchMode::kPredict) {
-    predictors_ = Predictors::load(pack_dir);
+    const std::filesystem::path dir = options.predictors_dir.empty() ? pack_dir : options.predictors_dir;
+    predictors_ = Predictors::load(dir);
     if (!predictors_)
-      throw_error("{}: prefetching by prediction needs predictors.safetensors (run chronos train-predictors)",
-                  pack_dir.string());
-    if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert)
-      throw_error("{}: the predictors were trained for another model", pack_dir.string());
+      throw_error("{}: prefetching by prediction needs predictors.safetensors (run chronos train-predictors{})",
+                  dir.string(), model.gguf_experts() != nullptr ? " -o DIR, then --predictors DIR" : "");
+    const std::string& fingerprint = experts_->manifest().fingerprint;
+    if (predictors_->n_embd() != c.n_embd || predictors_->n_expert() != c.n_expert ||
+        predictors_->model_fingerprint() != fingerprint)
+      throw_error("{}: the predictors were trained for another model (fingerprint {}, this model's is {})",
+                  dir.string(), predictors_->model_fingerprint(), fingerprint);
   }
 }
 

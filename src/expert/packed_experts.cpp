@@ -9,11 +9,21 @@
 #include <fstream>
 
 #include "chronos/error.h"
+#include "chronos/gguf.h"
 
 namespace chronos {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A pack folder's manifest, checked against the model; or the experts of a .gguf file streamed in
+// place, as the model described them when it loaded.
+PackManifest manifest_of(const Model& model, const std::filesystem::path& pack_dir) {
+  if (const PackManifest* gguf = model.gguf_experts()) return *gguf;
+  PackManifest m = PackManifest::load(pack_dir);
+  check_pack_against_config(m, model.config(), pack_dir);
+  return m;
+}
 
 int64_t largest_extent(const PackManifest& m) {
   int64_t bytes = 0;
@@ -52,15 +62,22 @@ void check_pack_against_config(const PackManifest& m, const ModelConfig& c, cons
 
 PackedExperts::PackedExperts(const Model& model, const std::filesystem::path& pack_dir, Backend& backend,
                              const StreamerOptions& options)
-    : model_(model), backend_(backend), manifest_(PackManifest::load(pack_dir)), options_(options) {
+    : model_(model), backend_(backend), manifest_(manifest_of(model, pack_dir)), options_(options) {
   const ModelConfig& c = model.config();
-  check_pack_against_config(manifest_, c, pack_dir);
+  // The files the experts are read from: the pack folder's, or the .gguf file's own folder.
+  const std::filesystem::path files_dir =
+      model.gguf_experts() != nullptr ? model.gguf_file()->path().parent_path() : pack_dir;
   ExpertCache::Options cache_options;
   cache_options.budget_bytes = options.budget_bytes;
   cache_options.slot_bytes = largest_extent(manifest_);
   cache_options.policy = options.policy;
   if (options.on_miss == OnMiss::kLowbit) {
     // The copies are resident for the whole run, inside the one expert budget; the rest is slots.
+    if (!manifest_.lowbit && model.gguf_experts() != nullptr)
+      throw_error(
+          "{}: --on-miss lowbit needs low-bit copies of the experts, which a .gguf file read in place does not "
+          "have: pack it with --lowbit-type q2_k (or use --on-miss wait or fallback)",
+          pack_dir.string());
     if (!manifest_.lowbit)
       throw_error("{}: --on-miss lowbit needs the pack's low-bit copies (chronos pack --lowbit-type q2_k)",
                   pack_dir.string());
@@ -75,7 +92,7 @@ PackedExperts::PackedExperts(const Model& model, const std::filesystem::path& pa
     cache_options.budget_bytes -= lowbit;
   }
   cache_ = std::make_unique<SharedExpertCache>(backend, cache_options);
-  prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, pack_dir, *cache_, backend, options.prefetch);
+  prefetcher_ = std::make_unique<AsyncPrefetcher>(manifest_, files_dir, *cache_, backend, options.prefetch);
   views_.resize(size_t(c.n_expert));
   pinned_.assign(size_t(c.n_expert), 0);
   consumed_.assign(size_t(c.n_expert), nullptr);
@@ -125,8 +142,7 @@ PackedExperts::~PackedExperts() {
 
 FfnWeights PackedExperts::view_of(const PackedExpert& expert, void* data) const {
   auto view = [&](const PackedTensor& t) {
-    return WeightView{static_cast<const std::byte*>(data) + (t.offset - expert.offset), t.dtype, t.shape[0],
-                      t.shape[1]};
+    return WeightView{static_cast<const std::byte*>(data) + expert.slot_offset(t), t.dtype, t.shape[0], t.shape[1]};
   };
   return FfnWeights{view(expert.gate), view(expert.up), view(expert.down)};
 }

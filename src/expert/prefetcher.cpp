@@ -37,11 +37,18 @@ struct AsyncPrefetcher::Impl {
     Clock::time_point ready_at;  // when the modelled latency has passed
     bool used = false;
   };
-  struct RunRead {  // one IoRing request: experts adjacent in one file, in file order
+  // One IoRing request, experts adjacent in one file, in file order; or the requests of one
+  // scattered expert's pieces (PackedExpert::pieces), one each, judged together once all are back.
+  struct RunRead {
     std::array<size_t, ReadRequest::kMaxSegments> experts{};  // in_flight indices
     int n_experts = 0;
+    int pieces_left = 0;  // scattered: requests not yet reaped
+    int error = 0;        // scattered: the first error of a piece
+    bool short_read = false;
     bool used = false;
   };
+  // A request's user_data: the RunRead's index, and for a scattered expert the piece's.
+  static uint64_t user_data_of(size_t read, size_t piece) { return uint64_t(read) | uint64_t(piece) << 32; }
 
   const PackManifest& manifest;
   std::filesystem::path pack_dir;
@@ -87,20 +94,29 @@ struct AsyncPrefetcher::Impl {
         backend(b),
         options(std::move(o)),
         planner(manifest, planner_options(options)) {
+    size_t pieces = 1;  // the most IoRing requests one expert needs
+    for (const auto& [key, expert] : manifest.experts) pieces = std::max(pieces, expert.pieces.size());
     for (size_t i = 0; i < manifest.clusters.size(); ++i) {
-      files.push_back(DirectFile::open(pack_dir / manifest.clusters[i].file));
-      file_of_cluster[manifest.clusters[i].id] = i;
+      const PackCluster& cluster = manifest.clusters[i];
+      files.push_back(DirectFile::open(pack_dir / cluster.file));
+      file_of_cluster[cluster.id] = i;
+      // What guards a file without checksums (a GGUF file streamed in place): it is the file the
+      // model was loaded from, unchanged since.
+      const DirectFile& file = files.back();
+      if (file.size() != cluster.bytes || (cluster.identity && FileIdentity::of(file.fd()) != *cluster.identity))
+        throw_error("{}: the file changed since the model was loaded ({} bytes, {} when loaded); load it again",
+                    file.path().string(), file.size(), cluster.bytes);
     }
     IoRing::Options ring_options;
-    ring_options.queue_depth = std::max(1u, options.queue_depth);
+    ring_options.queue_depth = std::max(1u, options.queue_depth) * unsigned(pieces);
     ring_options.force_pread = options.force_pread;
     ring_options.fault_injector = options.fault_injector;
     ring = IoRing::create(ring_options);
     copy_stream = backend.create_stream();
     staging.emplace(backend, cache.slot_bytes(), options.staging_bytes, ring_options.queue_depth);
     stats.staging_buffers = std::ssize(*staging);
-    in_flight.resize(ring_options.queue_depth);
-    reads.resize(ring_options.queue_depth);
+    in_flight.resize(std::max(1u, options.queue_depth));
+    reads.resize(std::max(1u, options.queue_depth));
     thread = std::thread([this] { run(); });
   }
 
@@ -188,9 +204,23 @@ struct AsyncPrefetcher::Impl {
       RunRead& read = reads[read_index];
       read.used = true;
       read.n_experts = int(run.size());
+      read.pieces_left = 0;
       for (size_t i = 0; i < run.size(); ++i) read.experts[i] = started[run[i]];
       const PackedExpert& head = *in_flight[read.experts[0]].expert;
-      ReadRequest request{files[file_of_cluster.at(head.cluster)].fd(), head.offset, 0, nullptr, uint64_t(read_index)};
+      const int fd = files[file_of_cluster.at(head.cluster)].fd();
+      if (head.scattered()) {  // alone in its run (group_runs): one request per piece
+        read.pieces_left = int(head.pieces.size());
+        read.error = 0;
+        read.short_read = false;
+        auto* slot = static_cast<std::byte*>(in_flight[read.experts[0]].dst);
+        for (size_t p = 0; p < head.pieces.size(); ++p) {
+          const ExpertPiece& piece = head.pieces[p];
+          batch.push_back(
+              ReadRequest{fd, piece.offset, piece.bytes, slot + piece.slot_offset, user_data_of(read_index, p)});
+        }
+        continue;
+      }
+      ReadRequest request{fd, head.offset, 0, nullptr, user_data_of(read_index, 0)};
       if (run.size() == 1) {
         request.bytes = head.bytes;
         request.dst = in_flight[read.experts[0]].dst;
@@ -261,11 +291,21 @@ struct AsyncPrefetcher::Impl {
 
   // One IoRing request finished: each expert of its run is judged on the bytes that reached it.
   void complete(const ReadCompletion& done) {
-    RunRead& read = reads[size_t(done.user_data)];
+    RunRead& read = reads[size_t(done.user_data & 0xffffffffu)];
     CHRONOS_CHECK(read.used);
     {
       std::lock_guard q(queue_mutex);
       ++stats.io_requests;
+    }
+    if (read.pieces_left > 0) {  // a scattered expert: every piece must arrive whole
+      const size_t index = read.experts[0];
+      const ExpertPiece& piece = in_flight[index].expert->pieces.at(size_t(done.user_data >> 32));
+      if (read.error == 0) read.error = done.error;
+      read.short_read = read.short_read || done.bytes < piece.bytes;
+      if (--read.pieces_left > 0) return;
+      complete_expert(index, read.error, read.short_read ? 0 : in_flight[index].expert->payload_bytes());
+      read.used = false;
+      return;
     }
     int64_t run_offset = 0;  // bytes of the run before this expert
     for (int i = 0; i < read.n_experts; ++i) {
@@ -291,7 +331,7 @@ struct AsyncPrefetcher::Impl {
                                cluster.file, f.key.layer, f.key.expert, landed, f.expert->bytes));
       return;
     }
-    if (options.verify_checksums) {
+    if (options.verify_checksums && !f.expert->scattered()) {
       try {
         verify_expert_bytes(*f.expert, cluster.file,
                             std::span<const std::byte>(static_cast<const std::byte*>(f.dst), size_t(f.expert->bytes)));

@@ -88,6 +88,7 @@ void ReadPlanner::take_neighbours(ExpertKey key, size_t room, std::vector<Planne
   if (where == place_.end()) return;  // not in the pack: the prefetcher reports it
   const PackCluster& cluster = manifest_.clusters[where->second.cluster];
   const PackedExpert* first = &manifest_.experts.at(key);
+  if (first->scattered()) return;  // read piece by piece, never in a run
   const PackedExpert* last = first;
   int n_run = 1;
   int64_t run_bytes = first->bytes;
@@ -96,7 +97,7 @@ void ReadPlanner::take_neighbours(ExpertKey key, size_t room, std::vector<Planne
          position >= 0 && position < std::ssize(cluster.experts); position += direction) {
       if (picked.size() >= room || n_run >= options_.max_run_experts) return;
       const auto next = manifest_.experts.find(cluster.experts[size_t(position)]);
-      if (next == manifest_.experts.end()) break;
+      if (next == manifest_.experts.end() || next->second.scattered()) break;
       const PackedExpert& candidate = next->second;
       const bool adjacent = direction > 0 ? candidate.offset == last->offset + last->bytes
                                           : candidate.offset + candidate.bytes == first->offset;
@@ -129,7 +130,8 @@ std::vector<std::vector<size_t>> ReadPlanner::group_runs(std::span<const PackedE
     bool extends = false;
     if (!runs.empty()) {
       const PackedExpert& previous = *experts[runs.back().second.back()];
-      extends = previous.cluster == expert.cluster && previous.offset + previous.bytes == expert.offset &&
+      extends = !previous.scattered() && !expert.scattered() && previous.cluster == expert.cluster &&
+                previous.offset + previous.bytes == expert.offset &&
                 std::ssize(runs.back().second) < options_.max_run_experts &&
                 run_bytes + expert.bytes <= options_.max_run_bytes;
     }

@@ -1,8 +1,12 @@
 // Model::load: binds every tensor of the architecture's table, checking name, dtype and shape.
+#include <fcntl.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -204,6 +208,31 @@ WeightView fp8_view(const TensorInfo& t, const TensorInfo* scale, const ModelCon
   return WeightView{t.data, DType::kF8E4M3, rows, cols, scales.data(), br, bc};
 }
 
+// The manifest of a GGUF model's experts streamed in place, with the file's size and identity as
+// they are now (the model's mapping was made from this file a moment ago).
+PackManifest streamed_gguf_manifest(const Model& model, const std::map<ExpertKey, GgufExpertSlices>& slices) {
+  const std::filesystem::path& path = model.gguf_file()->path();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_error("{}: cannot open: {}", path.string(), std::strerror(errno));
+  FileIdentity identity;
+  int64_t bytes = 0;
+  try {
+    identity = FileIdentity::of(fd);
+    bytes = int64_t(::lseek(fd, 0, SEEK_END));
+    if (bytes < 0) throw_error("{}: cannot find its size: {}", path.string(), std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  std::vector<GgufExpertSlices> experts;
+  experts.reserve(slices.size());
+  for (const auto& [key, expert] : slices) experts.push_back(expert);
+  const ModelConfig& c = model.config();
+  return gguf_expert_manifest(path.filename().string(), bytes, identity, c.arch_name(), c.n_moe_layers(), c.n_expert,
+                              model_fingerprint(model.gguf_config_json(), model.all_tensors()), experts);
+}
+
 }  // namespace
 
 const WeightView* Model::fp8_weight(std::string_view name) const {
@@ -239,7 +268,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   // A pack folder (chronos pack) holds the dense tensors in dense.safetensors and the routed
   // experts in .ctsr cluster files that an ExpertProvider streams; a checkpoint holds everything.
   const bool pack = !gguf && std::filesystem::exists(dir / "cluster_manifest.json");
-  model->experts_streamed_ = pack;
+  // A .gguf file may stream its experts in place: their slices are recorded, not bound.
+  const bool stream_gguf = gguf && options.stream_gguf_experts;
+  model->experts_streamed_ = pack || stream_gguf;
+  std::map<ExpertKey, GgufExpertSlices> slices;
   if (!gguf) model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
   const TensorStore& store = model->store_;
   const GgufTensors* gguf_tensors = model->gguf_.get();
@@ -278,6 +310,22 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
     }
     const TensorInfo* t = find(spec.name);
     if (t == nullptr) throw_error("{}: tensor {} is missing ({} expects it)", dir.string(), spec.name, c.arch_name());
+    if (stream_gguf && spec.expert >= 0) {  // read by the provider from the file: its place, type and shape
+      if (t->shape != spec.shape || !(is_float_dtype(t->dtype) || dtype_is_block(t->dtype)))
+        throw_error("{}: tensor {}: {} [{}], expected a matrix [{}]", t->file, spec.name, dtype_name(t->dtype),
+                    fmt::join(t->shape, ","), fmt::join(spec.shape, ","));
+      used.insert(spec.name);
+      sizes.expert_params += t->n_elements();
+      sizes.expert_bytes += t->n_bytes;
+      expert_type_bytes[t->dtype] += t->n_bytes;
+      GgufExpertSlices& expert = slices[ExpertKey{int32_t(spec.layer), int32_t(spec.expert)}];
+      expert.key = ExpertKey{int32_t(spec.layer), int32_t(spec.expert)};
+      PackedTensor& slice = spec.role == TensorRole::kExpertGate ? expert.gate
+                            : spec.role == TensorRole::kExpertUp ? expert.up
+                                                                 : expert.down;
+      slice = PackedTensor{t->file_offset, t->shape, t->dtype, t->n_bytes};
+      continue;
+    }
     // A block-quantized matrix: its logical type and shape from the pack's metadata, or a GGUF
     // tensor's own block type.
     const auto q = quantized.find(spec.name);
@@ -362,6 +410,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
       if (n_unused++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", t->file, t->name, c.arch_name());
     }
   }
+  if (stream_gguf) model->gguf_experts_ = std::make_shared<const PackManifest>(streamed_gguf_manifest(*model, slices));
   if (c.n_moe_layers() > 0) sizes.bytes_per_expert = sizes.expert_bytes / (c.n_moe_layers() * c.n_expert);
   // Resident experts may mix types (a GGUF Q4_K_M file): the model's expert type is the one that
   // holds the most bytes.

@@ -46,6 +46,7 @@ std::unique_ptr<Predictors> Predictors::load(const std::filesystem::path& pack_d
 }
 
 int32_t Predictors::horizon() const { return pack_->horizon; }
+const std::string& Predictors::model_fingerprint() const { return pack_->model_fingerprint; }
 int32_t Predictors::n_embd() const { return pack_->shape.n_embd; }
 int32_t Predictors::n_expert() const { return pack_->shape.n_expert; }
 int32_t Predictors::n_expert_used() const { return pack_->shape.n_expert_used; }
