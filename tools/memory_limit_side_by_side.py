@@ -100,7 +100,7 @@ def run_limited(cmd, limit):
 def chronos_run(binary, model, n, threads, limit):
     with tempfile.NamedTemporaryFile(suffix=".json") as stats:
         cmd = [binary, "generate", "-m", model, "-p", PROMPT, "-n", str(n), "--temp", "0", "--ignore-eos",
-               "-t", str(threads), "--expert-cache", "auto", "--stats-json", stats.name]
+               "-t", str(threads), "-c", "512", "--expert-cache", "auto", "--stats-json", stats.name]
         rc, _, err, usage, peak, oom = run_limited(cmd, limit)
         row = {"rc": rc, "peak_bytes": peak, "oom_kills": oom, "read_bytes": usage.ru_inblock * 512,
                "command": " ".join(cmd)}
@@ -118,7 +118,7 @@ def chronos_run(binary, model, n, threads, limit):
 
 
 def llama_run(binary, gguf, n, threads, limit):
-    cmd = [binary, "-m", gguf, "-p", PROMPT, "-n", str(n), "-t", str(threads), "--temp", "0",
+    cmd = [binary, "-m", gguf, "-p", PROMPT, "-n", str(n), "-t", str(threads), "-c", "512", "--temp", "0",
            "--ignore-eos", "-no-cnv"]
     rc, _, err, usage, peak, oom = run_limited(cmd, limit)
     row = {"rc": rc, "peak_bytes": peak, "oom_kills": oom, "read_bytes": usage.ru_inblock * 512,
@@ -135,7 +135,7 @@ def llama_run(binary, gguf, n, threads, limit):
 
     load, _ = ms("load time")
     prompt, _ = ms("prompt eval time")
-    decode, runs = ms(r"\beval time")
+    decode, runs = ms(r"(?<!prompt )eval time")
     row.update({"decode_tps": runs / (decode / 1e3) if decode > 0 else None,
                 "ttft_s": (load + prompt) / 1e3, "generated": runs + 1})
     return row

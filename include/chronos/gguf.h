@@ -79,6 +79,11 @@ class GgufFile {
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }  // in file order
   const GgufTensor* find(std::string_view name) const;                 // nullptr if absent
+  // For a file whose stacked routed experts (the *_exps tensors) are read with direct I/O rather
+  // than through the mapping: the mapping stops reading ahead (a fault near an expert tensor would
+  // otherwise pull the kernel's read-ahead window of expert bytes into the page cache) and every
+  // other tensor is asked for ahead (MADV_WILLNEED), so the dense weights still load in large reads.
+  void advise_experts_read_elsewhere() const;
 
   struct Value;  // defined in gguf.cpp
 

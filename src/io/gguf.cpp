@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -423,6 +424,20 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   file->tensors_.reserve(entries.size());
   for (Entry& entry : entries) file->tensors_.push_back(std::move(entry.tensor));
   return file;
+}
+
+void GgufFile::advise_experts_read_elsewhere() const {
+  if (mapping_ == nullptr) return;
+  auto* base = static_cast<std::byte*>(mapping_);
+  if (::madvise(base, mapping_size_, MADV_RANDOM) != 0)
+    spdlog::debug("{}: madvise(MADV_RANDOM): {}", path_.string(), std::strerror(errno));
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  for (const GgufTensor& t : tensors_) {
+    if (t.name.find("_exps.") != std::string::npos || t.n_bytes == 0) continue;
+    const int64_t begin = t.file_offset / page * page, end = t.file_offset + t.n_bytes;
+    if (::madvise(base + begin, size_t(end - begin), MADV_WILLNEED) != 0)
+      spdlog::debug("{}: madvise(MADV_WILLNEED) of {}: {}", path_.string(), t.name, std::strerror(errno));
+  }
 }
 
 GgufFile::~GgufFile() {

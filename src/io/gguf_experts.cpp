@@ -21,7 +21,8 @@ constexpr int64_t align_up(int64_t bytes) { return (bytes + kCtsrAlignment - 1) 
 FileIdentity FileIdentity::of(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0) throw_error("fstat: {}", std::strerror(errno));
-  return FileIdentity{uint64_t(st.st_dev), uint64_t(st.st_ino), int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  return FileIdentity{uint64_t(st.st_dev), uint64_t(st.st_ino),
+                      int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
 }
 
 int64_t PackedExpert::slot_offset(const PackedTensor& t) const {
@@ -67,9 +68,8 @@ PackManifest gguf_expert_manifest(const std::string& file_name, int64_t file_byt
     cluster.experts.push_back(expert.key);
     m.experts.emplace(expert.key, std::move(expert));
   }
-  std::sort(cluster.experts.begin(), cluster.experts.end(), [&m](ExpertKey a, ExpertKey b) {
-    return m.experts.at(a).offset < m.experts.at(b).offset;
-  });
+  std::sort(cluster.experts.begin(), cluster.experts.end(),
+            [&m](ExpertKey a, ExpertKey b) { return m.experts.at(a).offset < m.experts.at(b).offset; });
   m.clusters.push_back(std::move(cluster));
   int64_t most = -1;
   for (const auto& [type, bytes] : type_bytes) {

@@ -257,6 +257,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   const bool gguf = is_gguf_path(dir);
   if (gguf) {
     auto file = GgufFile::open(dir);
+    if (options.stream_gguf_experts) file->advise_experts_read_elsewhere();  // before anything is read
     model->gguf_config_json_ = config_json_from_gguf(*file);
     model->config_ = ModelConfig::from_json_text(
         model->gguf_config_json_, fmt::format("{} (config built from its key-values)", file->path().string()));

@@ -285,9 +285,8 @@ TEST_F(GgufStream, ChangedOrTruncatedFileIsAClearError) {
     }
   };
   const fs::path touched = copy_of(gguf_fixture("qwen2_moe-q8_0"));
-  expect_refused(touched, [](const fs::path& f) {
-    fs::last_write_time(f, fs::last_write_time(f) + std::chrono::hours(1));
-  });
+  expect_refused(touched,
+                 [](const fs::path& f) { fs::last_write_time(f, fs::last_write_time(f) + std::chrono::hours(1)); });
   fs::remove(touched);
   const fs::path grown = copy_of(gguf_fixture("qwen2_moe-q8_0"));
   expect_refused(grown, [](const fs::path& f) { std::ofstream(f, std::ios::app | std::ios::binary) << 'x'; });
@@ -310,8 +309,8 @@ TEST_F(GgufStream, ChangedOrTruncatedFileIsAClearError) {
     streamer.experts().acquire(last->key.layer, {&expert, 1}, {&view, 1});
     FAIL() << "an expert past the end of the file was computed";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fmt::format("{}: layer {} expert {}: short read", file.filename().string(),
-                                                     last->key.layer, expert)),
+    EXPECT_NE(std::string(e.what()).find(
+                  fmt::format("{}: layer {} expert {}: short read", file.filename().string(), last->key.layer, expert)),
               std::string::npos)
         << e.what();
   }
