@@ -3,7 +3,8 @@
 #   llama.cpp     from the llama-cpp-python source distribution (vendor/llama.cpp)
 #   ik_llama.cpp  from the ik-llama-cpp-python source distribution (vendor/ik_llama.cpp)
 # Each is built for this CPU (-march=native), Release, with llama-bench (and, for llama.cpp,
-# llama-quantize and llama-imatrix, which make the GGUF files of the comparisons).
+# llama-quantize and llama-imatrix, which make the GGUF files of the comparisons, and
+# llama-completion, which tools/memory_limit_side_by_side.py runs).
 #
 #   scripts/build_peers.sh [--dir DIR] [llama.cpp] [ik_llama.cpp]     (default: both, DIR=peers)
 #
@@ -59,7 +60,7 @@ for peer in "${peers[@]}"; do
   case "$peer" in
     llama.cpp)
       src="$(fetch llama-cpp-python 0.3.36)/vendor/llama.cpp"
-      build "$src" llama-bench llama-quantize llama-imatrix
+      build "$src" llama-bench llama-quantize llama-imatrix llama-completion
       ;;
     ik_llama.cpp)
       src="$(fetch ik-llama-cpp-python 0.1.5)/vendor/ik_llama.cpp"

@@ -97,15 +97,24 @@ def run_limited(cmd, limit):
         group.remove()
 
 
+def measured(cmd, limit):
+    """What every engine's run reports, and its stderr."""
+    rc, _, err, usage, peak, oom = run_limited(cmd, limit)
+    row = {"rc": rc, "peak_bytes": peak, "oom_kills": oom, "read_bytes": usage.ru_inblock * 512,
+           "command": " ".join(cmd)}
+    if rc < 0:
+        row["error"] = f"killed by signal {-rc}" + (" (the cgroup's OOM killer)" if oom else "")
+    elif rc != 0:
+        row["error"] = (err.strip().splitlines() or ["no message"])[-1]
+    return row, err
+
+
 def chronos_run(binary, model, n, threads, limit):
     with tempfile.NamedTemporaryFile(suffix=".json") as stats:
         cmd = [binary, "generate", "-m", model, "-p", PROMPT, "-n", str(n), "--temp", "0", "--ignore-eos",
                "-t", str(threads), "-c", "512", "--expert-cache", "auto", "--stats-json", stats.name]
-        rc, _, err, usage, peak, oom = run_limited(cmd, limit)
-        row = {"rc": rc, "peak_bytes": peak, "oom_kills": oom, "read_bytes": usage.ru_inblock * 512,
-               "command": " ".join(cmd)}
-        if rc != 0:
-            row["error"] = (err.strip().splitlines() or ["killed"])[-1]
+        row, err = measured(cmd, limit)
+        if row["rc"] != 0:
             return row
         s = json.loads(Path(stats.name).read_text())
     budget = re.search(r"--expert-cache auto: (.*)", err)
@@ -120,11 +129,8 @@ def chronos_run(binary, model, n, threads, limit):
 def llama_run(binary, gguf, n, threads, limit):
     cmd = [binary, "-m", gguf, "-p", PROMPT, "-n", str(n), "-t", str(threads), "-c", "512", "--temp", "0",
            "--ignore-eos", "-no-cnv"]
-    rc, _, err, usage, peak, oom = run_limited(cmd, limit)
-    row = {"rc": rc, "peak_bytes": peak, "oom_kills": oom, "read_bytes": usage.ru_inblock * 512,
-           "command": " ".join(cmd)}
-    if rc != 0:
-        row["error"] = (err.strip().splitlines() or ["killed"])[-1]
+    row, err = measured(cmd, limit)
+    if row["rc"] != 0:
         return row
 
     def ms(label):
@@ -189,7 +195,8 @@ def main():
             limit = rows[0]["limit_bytes"]
             label = f"{share}% ({limit / 2**20:.0f} MiB)"
             if not ok:
-                print(f"| {label} | {name} | failed: {rows[0].get('error')} | | | | {rows[0]['oom_kills']} |")
+                print(f"| {label} | {name} | failed: {rows[0].get('error')} | | | | "
+                      f"{sum(x['oom_kills'] for x in rows)} of {len(rows)} |")
                 continue
             med = lambda key: statistics.median(x[key] for x in ok)
             per_token = statistics.median(x["read_bytes"] / max(1, x["generated"]) for x in ok) / 1e6

@@ -13,6 +13,8 @@
 
 namespace chronos {
 
+class ExpertStreamer;
+
 class Tokenizer;
 class ThreadPool;
 
@@ -39,11 +41,14 @@ struct TraceProgress {
 
 // Sets the model's route and trace observers for the run (cleared after).
 // Writes <out_dir>/trace_NNNNN.ctrace files (each complete or absent, never partial). Files that
-// exist already are kept (a rerun resumes). `on_progress` is called after every prompt.
+// exist already are kept (a rerun resumes). `on_progress` is called after every prompt. A model
+// whose experts stream (a pack, or a .gguf file read in place) needs `streamer`, in wait mode: the
+// traces are the exact model's.
 TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, const std::filesystem::path& model_dir,
                             std::span<const PromptRecord> prompts, const std::filesystem::path& out_dir,
                             const TraceOptions& options, ThreadPool& pool,
-                            const std::function<void(const TraceProgress&)>& on_progress);
+                            const std::function<void(const TraceProgress&)>& on_progress,
+                            ExpertStreamer* streamer = nullptr);
 
 // Every *.ctrace file of a folder (sorted), checked to come from the same model.
 std::vector<TraceReader> open_traces(const std::filesystem::path& dir);

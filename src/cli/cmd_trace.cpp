@@ -4,7 +4,9 @@
 
 #include <chrono>
 
+#include "chronos/backend.h"
 #include "chronos/error.h"
+#include "chronos/expert_streamer.h"
 #include "chronos/generation_config.h"
 #include "chronos/model.h"
 #include "chronos/thread_pool.h"
@@ -13,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/open_tokenizer.h"
+#include "cli/streaming_flags.h"
 
 namespace chronos::cli {
 namespace {
@@ -28,6 +31,7 @@ struct TraceArgs {
   uint64_t seed = 0;
   int threads = 0;
   int64_t ctx_size = 2048;
+  StreamingFlags streaming;
 };
 
 int run_trace(const TraceArgs& args) {
@@ -35,8 +39,11 @@ int run_trace(const TraceArgs& args) {
   const auto dir = resolve_model_dir(args.model);
   auto prompts = read_prompts_jsonl(args.prompts);
   if (args.limit > 0 && args.limit < std::ssize(prompts)) prompts.resize(size_t(args.limit));
-  const auto model = Model::load(dir);
-  if (model->experts_streamed()) throw_error("{}: trace a Hugging Face checkpoint, not a pack", dir.string());
+  if (args.streaming.device != "cpu") throw UsageError("chronos trace runs on the CPU (--device cpu)");
+  if (args.streaming.on_miss != "wait")
+    throw UsageError("chronos trace records the exact model: --on-miss wait (the default) only");
+  const auto model = Model::load(dir, model_load_options(args.streaming, dir));
+  if (!model->experts_streamed() && args.streaming.asks_for_streaming()) throw UsageError(kNeedsStreamedModel);
   const Tokenizer tokenizer = open_tokenizer(*model, dir);
   TraceOptions options;
   options.max_new_tokens = args.n_predict;
@@ -49,10 +56,21 @@ int run_trace(const TraceArgs& args) {
   warn_if_oversubscribed(args.threads);
   ThreadPool pool(args.threads > 0 ? args.threads : available_cpus());
 
+  // A model that does not fit (a .gguf file read in place, or a pack) streams its experts, exactly.
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ExpertStreamer> streamer;
+  if (model->experts_streamed()) {
+    backend = make_backend("cpu");
+    const int64_t resident = model->sizes().dense_bytes + KvStore::bytes_per_slot(model->config(), options.n_ctx);
+    streamer =
+        make_streamer(*model, dir, *backend, streamer_options(args.streaming, model->sizes().expert_bytes, resident),
+                      args.streaming.expert_cache, args.streaming.pinned_budget);
+  }
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
-  const TraceProgress done =
-      record_traces(*model, tokenizer, dir, prompts, args.out, options, pool, [&](const TraceProgress& p) {
+  const TraceProgress done = record_traces(
+      *model, tokenizer, dir, prompts, args.out, options, pool,
+      [&](const TraceProgress& p) {
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (tty) {
           const int width = 30, filled = int(width * p.prompts_done / std::max<int64_t>(1, p.prompts_total));
@@ -62,7 +80,8 @@ int run_trace(const TraceArgs& args) {
         } else if (p.prompts_done == p.prompts_total || p.prompts_done % args.per_file == 0) {
           fmt::print(stderr, "trace: {}/{} prompts, {} tokens\n", p.prompts_done, p.prompts_total, p.tokens);
         }
-      });
+      },
+      streamer.get());
   if (tty) fmt::print(stderr, "\n");
   fmt::print(stderr, "chronos: traced {} prompts ({} tokens; {} files already present) into {}\n", done.prompts_done,
              done.tokens, done.files_skipped, args.out);
@@ -74,7 +93,7 @@ int run_trace(const TraceArgs& args) {
 Command register_trace(CLI::App& app) {
   auto args = std::make_shared<TraceArgs>();
   CLI::App* sub = app.add_subcommand("trace", "Record routing traces of a prompt set (for pack and train-predictors)");
-  sub->add_option("-m,--model", args->model, "Hugging Face checkpoint folder");
+  sub->add_option("-m,--model", args->model, "Checkpoint folder, .gguf file or pack folder");
   sub->add_option("--prompts", args->prompts, "Prompts, one JSON object per line ({\"prompt\", \"id\", \"domain\"})")
       ->required();
   sub->add_option("-o,--out", args->out, "Output folder of .ctrace files (a rerun resumes)")->required();
@@ -92,6 +111,7 @@ Command register_trace(CLI::App& app) {
   sub->add_option("-c,--ctx-size", args->ctx_size, "Context length")
       ->capture_default_str()
       ->check(count_in<int64_t>(16, kMaxContext));
+  add_streaming_flags(sub, args->streaming, false);
   return Command{sub, [args] { return run_trace(*args); }};
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "chronos/error.h"
+#include "chronos/expert_streamer.h"
 #include "chronos/generate.h"
 #include "chronos/pack.h"
 #include "chronos/pack_format.h"
@@ -54,7 +55,7 @@ std::vector<PromptRecord> read_prompts_jsonl(const std::filesystem::path& path) 
 TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, const std::filesystem::path& model_dir,
                             std::span<const PromptRecord> prompts, const std::filesystem::path& out_dir,
                             const TraceOptions& options, ThreadPool& pool,
-                            const std::function<void(const TraceProgress&)>& on_progress) {
+                            const std::function<void(const TraceProgress&)>& on_progress, ExpertStreamer* streamer) {
   const ModelConfig& c = model.config();
   TraceHeader header;
   header.fingerprint = model_fingerprint_of(model, model_dir);
@@ -99,7 +100,11 @@ TraceProgress record_traces(const Model& model, const Tokenizer& tokenizer, cons
 
   TraceProgress progress;
   progress.prompts_total = std::ssize(prompts);
-  Generator generator(model, tokenizer, pool, options.n_ctx, 32, hooks);
+  if (model.experts_streamed() && streamer == nullptr)
+    throw_error("{}: its experts stream: tracing it needs an expert streamer", model_dir.string());
+  Generator generator(model, tokenizer, pool, options.n_ctx, 32,
+                      streamer != nullptr ? combine(hooks, streamer->hooks()) : hooks);
+  generator.stream_experts_with(streamer);
   const int64_t k = c.n_expert_used, E = c.n_expert, d = c.n_embd;
   for (int64_t first = 0; first < std::ssize(prompts); first += options.prompts_per_file) {
     const int64_t count = std::min(options.prompts_per_file, std::ssize(prompts) - first);

@@ -195,8 +195,8 @@ TEST_F(GgufCli, TracePackTrainPredictorsFromAGgufFile) {
   EXPECT_EQ(greedy(pack, {"--expert-cache", "25%", "--prefetch", "predict"}), expected);
 }
 
-// A .gguf file streams its experts in place, with a pack's flags: the same text at a quarter of its
-// expert bytes under each prefetch mode (predictors from a sidecar folder: trace the file, then
+// A .gguf file streams its experts in place, with a pack's flags: the same text and the same traces at
+// a quarter of its expert bytes under each prefetch mode (predictors from a sidecar folder: trace the file, then
 // train-predictors -o DIR, then --predictors DIR), the same perplexity, and bench runs on it.
 TEST_F(GgufCli, GgufFileStreamsInPlaceWithAPacksFlags) {
   const fs::path file = kFixtures / "gguf" / "mixtral-q4_k_m.gguf";
@@ -221,6 +221,13 @@ TEST_F(GgufCli, GgufFileStreamsInPlaceWithAPacksFlags) {
     EXPECT_EQ(r.out, expected) << prefetch;
     EXPECT_NE(r.err.find("chronos: experts: "), std::string::npos) << r.err;  // it streamed
   }
+  const RunResult fitted = run_chronos({"generate", "-m", file.string(), "-p", "The river keeps its own time", "-n",
+                                        "12", "--temp", "0", "--ignore-eos", "--expert-cache", "auto"},
+                                       work_);
+  ASSERT_EQ(fitted.exit_code, 0) << fitted.err;
+  EXPECT_EQ(fitted.out, expected);
+  EXPECT_NE(fitted.err.find("chronos: --expert-cache auto: "), std::string::npos) << fitted.err;  // what it chose
+  EXPECT_NE(fitted.err.find("chronos: experts: "), std::string::npos) << fitted.err;
   EXPECT_EQ(run_chronos({"generate", "-m", file.string(), "-p", "hi", "-n", "4", "--expert-cache", "25%", "--on-miss",
                          "fallback"},
                         work_)
@@ -232,6 +239,23 @@ TEST_F(GgufCli, GgufFileStreamsInPlaceWithAPacksFlags) {
   RunResult r = run_chronos(
       {"trace", "-m", file.string(), "--prompts", prompts.string(), "-n", "12", "-o", traces.string()}, work_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Traced with its experts streamed: the same trace files, byte for byte (wait mode is exact).
+  const fs::path streamed_traces = work_ / "streamed_traces";
+  r = run_chronos({"trace", "-m", file.string(), "--prompts", prompts.string(), "-n", "12", "-o",
+                   streamed_traces.string(), "--expert-cache", "25%"},
+                  work_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int n_files = 0;
+  for (const auto& entry : fs::directory_iterator(traces)) {
+    ++n_files;
+    EXPECT_EQ(testing::slurp(streamed_traces / entry.path().filename()), testing::slurp(entry.path()))
+        << entry.path().filename();
+  }
+  EXPECT_GT(n_files, 0);
+  r = run_chronos({"trace", "-m", file.string(), "--prompts", prompts.string(), "-o", (work_ / "t3").string(),
+                   "--expert-cache", "25%", "--on-miss", "fallback"},
+                  work_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
   r = run_chronos({"train-predictors", "--traces", traces.string(), "-o", sidecar.string(), "--epochs", "2", "--rank",
                    "16", "--intent-hidden", "16", "--intent-epochs", "4", "-t", "1"},
                   work_);
