@@ -28,6 +28,9 @@ struct PackOptions {
   // When set, a low-bit copy of every routed expert in this type, in lowbit.ctsr (the manifest's
   // "lowbit" section), for --on-miss lowbit.
   std::optional<DType> lowbit_type;
+  // Only the low-bit copies (lowbit_type required): out_dir gets lowbit.json and lowbit.ctsr, a
+  // folder for a .gguf file streamed in place (--lowbit DIR), and no pack.
+  bool lowbit_only = false;
   int threads = 0;  // quantization threads; 0: one per hardware thread
 };
 

@@ -140,6 +140,15 @@ PackManifest gguf_expert_manifest(const std::string& file_name, int64_t file_byt
                                   std::string architecture, int64_t num_moe_layers, int64_t num_experts,
                                   std::string fingerprint, std::span<const GgufExpertSlices> experts);
 
+// Low-bit copies kept apart from the experts they stand in for, in a folder of their own (a .gguf
+// file read in place has no pack to hold them; chronos pack --lowbit-only writes one):
+// <dir>/lowbit.json ({format, version, fingerprint, lowbit: the manifest's "lowbit" object}) and its
+// .ctsr file. load_lowbit_sidecar checks both against `manifest` (the model's fingerprint, a copy of
+// every expert with its shapes, the .ctsr's header) and throws Error naming the file otherwise.
+inline constexpr const char* kLowbitSidecarFileName = "lowbit.json";
+void save_lowbit_sidecar(const LowbitCopies& lowbit, const std::string& fingerprint, const std::filesystem::path& dir);
+LowbitCopies load_lowbit_sidecar(const std::filesystem::path& dir, const PackManifest& manifest);
+
 // The gate/up/down weights of one expert to pack.
 struct ExpertSource {
   ExpertKey key{};

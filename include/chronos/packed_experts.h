@@ -53,6 +53,9 @@ struct StreamerOptions {
   // a model streamed from a .gguf file names one (a sidecar folder, --predictors). Predictors
   // trained on another model's traces are refused.
   std::filesystem::path predictors_dir;
+  // The folder of the low-bit copies (chronos pack --lowbit-only -o, lowbit.json) for kLowbit:
+  // empty for the pack's own; a model streamed from a .gguf file needs one (--lowbit).
+  std::filesystem::path lowbit_dir;
   double intent_share = 0.5;  // share of the cache the prefill intent set may fill
   // Prefetch only what is worth its bytes: predictions scored below this probability are neither
   // read nor protected, and of the rest at most this many bytes per forward step are read (the
@@ -118,7 +121,7 @@ class PackedExperts final : public ExpertProvider {
 
  private:
   FfnWeights view_of(const PackedExpert& expert, void* data) const;
-  void load_lowbit_copies(const std::filesystem::path& pack_dir);
+  void load_lowbit_copies(const std::filesystem::path& dir);
 
   const Model& model_;
   Backend& backend_;

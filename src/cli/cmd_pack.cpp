@@ -23,6 +23,7 @@ struct PackArgs {
   std::string expert_type;
   std::string dense_type;
   std::string lowbit_type;
+  bool lowbit_only = false;
   int threads = 0;
 };
 
@@ -58,6 +59,8 @@ int run_pack(const PackArgs& args) {
   options.expert_type = parse_weight_type(args.expert_type, "--expert-type");
   options.dense_type = parse_weight_type(args.dense_type, "--dense-type");
   options.lowbit_type = parse_weight_type(args.lowbit_type, "--lowbit-type");
+  options.lowbit_only = args.lowbit_only;
+  if (args.lowbit_only && !options.lowbit_type) throw UsageError("--lowbit-only needs --lowbit-type");
   if (args.threads < 0) throw UsageError("--threads must be 0 (every hardware thread) or more");
   options.threads = args.threads;
   const auto dir = resolve_model_dir(args.model);
@@ -68,6 +71,11 @@ int run_pack(const PackArgs& args) {
     if (tty) fmt::print(stderr, "\rpack: cluster {}/{}", done, total);
   });
   if (tty) fmt::print(stderr, "\n");
+  if (args.lowbit_only) {
+    fmt::print(stderr, "chronos: wrote the low-bit copies of {} into {}: {:.1f} MiB (use it with --lowbit {})\n",
+               dir.string(), args.out, double(s.lowbit_bytes) / (1 << 20), args.out);
+    return 0;
+  }
   fmt::print(stderr,
              "chronos: packed {} into {}: {} clusters, {:.1f} MiB of experts, {:.1f} MiB dense; modularity {:.3f}, "
              "{:.1f}% of co-activation inside clusters ({} traced tokens){}\n",
@@ -98,6 +106,9 @@ Command register_pack(CLI::App& app) {
   sub->add_option("--lowbit-type", args->lowbit_type,
                   "Also write a low-bit copy of every routed expert in this type (" + block_type_names(true) +
                       ") for --on-miss lowbit");
+  sub->add_flag("--lowbit-only", args->lowbit_only,
+                "Write only the low-bit copies (lowbit.json + lowbit.ctsr), no pack: for a .gguf file streamed in "
+                "place with --on-miss lowbit --lowbit DIR");
   sub->add_option("-t,--threads", args->threads, "Quantization threads (0: every hardware thread)")
       ->capture_default_str();
   return Command{sub, [args] { return run_pack(*args); }};

@@ -18,7 +18,7 @@ bool StreamingFlags::asks_for_streaming() const {
   return expert_cache != defaults.expert_cache || on_miss != defaults.on_miss || !wait_above.empty() ||
          prefetch != defaults.prefetch || !prefetch_min_score.empty() || !prefetch_cap.empty() ||
          !intent_share.empty() || eviction != defaults.eviction || io_latency_ms != defaults.io_latency_ms || pread ||
-         !predictors.empty();
+         !predictors.empty() || !lowbit.empty();
 }
 
 ModelLoadOptions model_load_options(const StreamingFlags& flags, const std::filesystem::path& path) {
@@ -76,6 +76,9 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
                   "Streamed experts, --prefetch predict: the folder of predictors.safetensors (chronos "
                   "train-predictors -o DIR) when it is not the pack folder, as for a .gguf file; predictors trained "
                   "on another model are refused");
+  sub->add_option("--lowbit", f.lowbit,
+                  "Streamed experts, --on-miss lowbit: the folder of low-bit copies (chronos pack -m FILE.gguf "
+                  "--lowbit-type q2_k --lowbit-only -o DIR) when they are not in the pack, as for a .gguf file");
   sub->add_option("--eviction", f.eviction,
                   fmt::format("Streamed experts: {}lru, lru-freq, per-layer or next-use", list))
       ->capture_default_str();
@@ -217,6 +220,12 @@ StreamerOptions streamer_options(const StreamingFlags& f, int64_t expert_bytes, 
       throw UsageError(
           fmt::format("--predictors {}: not a folder (chronos train-predictors -o makes one)", f.predictors));
     so.predictors_dir = f.predictors;
+  }
+  if (!f.lowbit.empty()) {
+    if (so.on_miss != OnMiss::kLowbit) throw UsageError("--lowbit applies to --on-miss lowbit");
+    if (!std::filesystem::is_directory(f.lowbit))
+      throw UsageError(fmt::format("--lowbit {}: not a folder (chronos pack --lowbit-only -o makes one)", f.lowbit));
+    so.lowbit_dir = f.lowbit;
   }
   if (!f.pinned_budget.empty()) so.prefetch.staging_bytes = parse_pinned_budget(f.pinned_budget, expert_bytes);
   return so;

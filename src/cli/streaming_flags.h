@@ -30,6 +30,7 @@ struct StreamingFlags {
   std::string pinned_budget;  // empty: the prefetcher's default (one staging slot per read in flight)
   std::string device = "cpu";
   std::string predictors;  // empty: the pack folder's own predictors
+  std::string lowbit;      // empty: the pack folder's own low-bit copies
 
   // Any of the pack-only flags set to something else than its default.
   bool asks_for_streaming() const;
@@ -65,7 +66,9 @@ ModelLoadOptions model_load_options(const StreamingFlags& flags, const std::file
 
 // The words of a refusal for a model that cannot stream (a checkpoint folder).
 inline constexpr const char* kNeedsStreamedModel =
-    "--expert-cache, --on-miss, --prefetch, --predictors, --eviction, --io-latency-ms and --pread need a pack folder "
+    "--expert-cache, --on-miss, --prefetch, --predictors, --lowbit, --eviction, --io-latency-ms and --pread need a "
+    "pack "
+    "folder "
     "(chronos pack) or a .gguf file";
 
 // StreamerOptions from single values (every list holds one element), checked. --expert-cache auto

@@ -69,6 +69,33 @@ bool dense_matrix_converts(TensorRole role) {
 
 }  // namespace
 
+namespace {
+
+// One file of low-bit copies of every routed expert, in (layer, expert) order: <dir>/lowbit.ctsr.
+LowbitCopies write_lowbit_copies(const Model& model, const std::vector<int32_t>& layers, DType type,
+                                 const std::string& fingerprint, const fs::path& dir, ThreadPool& pool) {
+  LowbitCopies lowbit;
+  lowbit.file = "lowbit.ctsr";
+  lowbit.dtype = std::string(dtype_name(type));
+  std::vector<ExpertSource> sources;
+  std::vector<std::vector<std::byte>> converted;
+  converted.reserve(layers.size() * size_t(model.config().n_expert) * 3);
+  for (const int32_t il : layers)
+    for (int32_t e = 0; e < model.config().n_expert; ++e) {
+      const FfnWeights& w = model.weights().layers[size_t(il)].experts[size_t(e)];
+      ExpertSource source{ExpertKey{il, e}, w.gate, w.up, w.down};
+      for (WeightView* view : {&source.gate, &source.up, &source.down})
+        *view = ops::convert_weight(*view, type, converted.emplace_back(), &pool);
+      sources.push_back(source);
+    }
+  for (PackedExpert& packed : write_ctsr(dir / lowbit.file, kLowbitClusterId, fingerprint, sources))
+    lowbit.experts[packed.key] = packed;
+  lowbit.bytes = int64_t(fs::file_size(dir / lowbit.file));
+  return lowbit;
+}
+
+}  // namespace
+
 std::string model_fingerprint_of(const Model& model, const fs::path& model_dir) {
   if (model.gguf_file() == nullptr) return model_fingerprint(model_dir);
   return model_fingerprint(model.gguf_config_json(), model.all_tensors());
@@ -103,6 +130,25 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
   if (model.experts_streamed()) throw_error("{}: already a pack", model_dir.string());
   if (c.n_moe_layers() == 0) throw_error("{}: the model has no MoE layer", model_dir.string());
   if (fs::exists(out_dir)) throw_error("{}: already exists (remove it or choose another -o)", out_dir.string());
+  if (options.lowbit_only) {  // no clusters: --cluster and --traces do not apply
+    PackSummary summary;
+    if (!options.lowbit_type) throw UsageError("--lowbit-only needs --lowbit-type");
+    const fs::path tmp = make_temp_dir_beside(out_dir);
+    try {
+      ThreadPool pool(options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency())));
+      const std::string fingerprint = model_fingerprint_of(model, model_dir);
+      const LowbitCopies lowbit =
+          write_lowbit_copies(model, moe_layers_of(c), *options.lowbit_type, fingerprint, tmp, pool);
+      save_lowbit_sidecar(lowbit, fingerprint, tmp);
+      summary.lowbit_bytes = lowbit.bytes;
+      fs::rename(tmp, out_dir);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+      throw;
+    }
+    return summary;
+  }
   if (options.method != ClusterMethod::kNone && !options.traces)
     throw UsageError(fmt::format("--cluster {} needs --traces (or use --cluster none)", method_name(options.method)));
   const std::vector<int32_t> layers = moe_layers_of(c);
@@ -202,25 +248,9 @@ PackSummary write_pack(const Model& model, const fs::path& model_dir, const fs::
       mixed = mixed || !manifest.accepts_expert_dtype(t->dtype, t->shape);
     }
   if (mixed) manifest.dtypes.assign(types.begin(), types.end());
-  if (options.lowbit_type) {  // one file of low-bit copies, in (layer, expert) order
-    LowbitCopies lowbit;
-    lowbit.file = "lowbit.ctsr";
-    lowbit.dtype = std::string(dtype_name(*options.lowbit_type));
-    std::vector<ExpertSource> sources;
-    std::vector<std::vector<std::byte>> converted;
-    converted.reserve(manifest.experts.size() * 3);
-    for (const auto& [key, packed] : manifest.experts) {
-      const FfnWeights& w = weights.layers[size_t(key.layer)].experts[size_t(key.expert)];
-      ExpertSource source{key, w.gate, w.up, w.down};
-      for (WeightView* view : {&source.gate, &source.up, &source.down})
-        *view = ops::convert_weight(*view, *options.lowbit_type, converted.emplace_back(), &pool);
-      sources.push_back(source);
-    }
-    for (PackedExpert& packed : write_ctsr(tmp / lowbit.file, kLowbitClusterId, fingerprint, sources))
-      lowbit.experts[packed.key] = packed;
-    lowbit.bytes = int64_t(fs::file_size(tmp / lowbit.file));
-    summary.lowbit_bytes = lowbit.bytes;
-    manifest.lowbit = std::move(lowbit);
+  if (options.lowbit_type) {
+    manifest.lowbit = write_lowbit_copies(model, layers, *options.lowbit_type, fingerprint, tmp, pool);
+    summary.lowbit_bytes = manifest.lowbit->bytes;
   }
   manifest.save(tmp / kManifestFileName);
 

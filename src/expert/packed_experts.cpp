@@ -73,11 +73,13 @@ PackedExperts::PackedExperts(const Model& model, const std::filesystem::path& pa
   cache_options.policy = options.policy;
   if (options.on_miss == OnMiss::kLowbit) {
     // The copies are resident for the whole run, inside the one expert budget; the rest is slots.
+    // A .gguf file read in place has none of its own: they come from a folder (--lowbit DIR).
+    if (!options.lowbit_dir.empty()) manifest_.lowbit = load_lowbit_sidecar(options.lowbit_dir, manifest_);
     if (!manifest_.lowbit && model.gguf_experts() != nullptr)
       throw_error(
-          "{}: --on-miss lowbit needs low-bit copies of the experts, which a .gguf file read in place does not "
-          "have: pack it with --lowbit-type q2_k (or use --on-miss wait or fallback)",
-          pack_dir.string());
+          "{}: --on-miss lowbit needs low-bit copies of the experts, which a .gguf file does not hold: make them "
+          "with chronos pack -m {} --lowbit-type q2_k --lowbit-only -o DIR, then --lowbit DIR",
+          pack_dir.string(), pack_dir.string());
     if (!manifest_.lowbit)
       throw_error("{}: --on-miss lowbit needs the pack's low-bit copies (chronos pack --lowbit-type q2_k)",
                   pack_dir.string());
@@ -97,13 +99,14 @@ PackedExperts::PackedExperts(const Model& model, const std::filesystem::path& pa
   pinned_.assign(size_t(c.n_expert), 0);
   consumed_.assign(size_t(c.n_expert), nullptr);
   record_used_ = options.mode == PrefetchMode::kLru;
-  if (options.on_miss == OnMiss::kLowbit) load_lowbit_copies(pack_dir);
+  if (options.on_miss == OnMiss::kLowbit)
+    load_lowbit_copies(options.lowbit_dir.empty() ? pack_dir : options.lowbit_dir);
 }
 
-// Reads lowbit.ctsr whole into device memory, every copy's checksum verified on the host first.
-void PackedExperts::load_lowbit_copies(const std::filesystem::path& pack_dir) {
+// Reads lowbit.ctsr (of `dir`) whole into device memory, every copy's checksum verified on the host first.
+void PackedExperts::load_lowbit_copies(const std::filesystem::path& dir) {
   const LowbitCopies& lowbit = *manifest_.lowbit;
-  const std::filesystem::path path = pack_dir / lowbit.file;
+  const std::filesystem::path path = dir / lowbit.file;
   const size_t bytes = size_t(lowbit.bytes);
   Buffer host = backend_.staging_is_device() ? backend_.alloc_device(bytes) : backend_.alloc_staging(bytes);
   try {

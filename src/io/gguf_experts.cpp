@@ -73,7 +73,10 @@ PackManifest gguf_expert_manifest(const std::string& file_name, int64_t file_byt
   m.clusters.push_back(std::move(cluster));
   int64_t most = -1;
   for (const auto& [type, bytes] : type_bytes) {
-    if (bytes > most) m.dtype = std::string(dtype_name(type)), most = bytes;
+    if (bytes > most) {
+      m.dtype = std::string(dtype_name(type));
+      most = bytes;
+    }
     if (type_bytes.size() > 1) m.dtypes.emplace_back(dtype_name(type));
   }
   std::sort(m.dtypes.begin(), m.dtypes.end());  // by name, as a pack lists them

@@ -243,7 +243,101 @@ void check_cluster_file(const fs::path& dir, const std::string& fingerprint, con
       throw_error("{}: tensor {} is not in the manifest", path.string(), tensor.name);
 }
 
+// The "lowbit" object of a manifest or of a lowbit.json: a copy of each of `m`'s experts, with the
+// experts' shapes, in a file that is not one of `cluster_files`.
+LowbitCopies parse_lowbit(const Reader& r, const Json& json, const std::string& at, const PackManifest& m,
+                          const std::set<std::string>& cluster_files) {
+  LowbitCopies lowbit;
+  lowbit.file = r.string(json, at, "file");
+  check_plain_file_name(r, lowbit.file, at + ".file");
+  if (cluster_files.contains(lowbit.file)) r.fail(at + ".file", fmt::format("{} is also a cluster file", lowbit.file));
+  lowbit.bytes = r.integer(json, at, "bytes");
+  lowbit.dtype = r.string(json, at, "dtype");
+  if (!dtype_from_name(lowbit.dtype) && !block_dtype_from_name(lowbit.dtype))
+    r.fail(at + ".dtype", fmt::format("unknown dtype \"{}\"", lowbit.dtype));
+  const Json& copies = r.member(json, at, "experts");
+  if (!copies.is_object()) r.fail(at + ".experts", "not a JSON object");
+  for (const auto& [text, entry] : copies.items()) {
+    const std::string where = at + ".experts." + text;
+    PackedExpert expert = parse_expert(r, text, entry, where, m.num_experts);
+    expert.cluster = kLowbitClusterId;
+    const auto full = m.experts.find(expert.key);
+    if (full == m.experts.end()) r.fail(where, "no such expert in \"experts\"");
+    if (expert.gate.shape != full->second.gate.shape || expert.up.shape != full->second.up.shape ||
+        expert.down.shape != full->second.down.shape)
+      r.fail(where, "shapes differ from the expert's");
+    if (!lowbit.experts.emplace(expert.key, expert).second) r.fail(where, "listed twice");
+  }
+  if (lowbit.experts.size() != m.experts.size())
+    r.fail(at + ".experts", fmt::format("{} copies for {} experts", lowbit.experts.size(), m.experts.size()));
+  return lowbit;
+}
+
+// The low-bit copies' .ctsr file against their entries, as a cluster file.
+void check_lowbit_file(const fs::path& dir, const std::string& fingerprint, const LowbitCopies& lowbit) {
+  PackCluster file{kLowbitClusterId, lowbit.file, lowbit.bytes, {}, {}};
+  for (const auto& [key, expert] : lowbit.experts) file.experts.push_back(key);
+  check_cluster_file(
+      dir, fingerprint, file, lowbit.experts, lowbit.dtype,
+      [&lowbit](DType t, const std::vector<int64_t>& shape) { return expert_dtype_matches(t, lowbit.dtype, shape); });
+}
+
+Json tensor_json(const PackedTensor& t) {
+  return Json{{"offset", t.offset}, {"shape", t.shape}, {"dtype", std::string(dtype_name(t.dtype))}};
+}
+
+Json expert_json(const PackedExpert& e) {
+  return Json{
+      {"offset", e.offset},
+      {"bytes", e.bytes},
+      {"xxh64", fmt::format("{:016x}", e.xxh64)},
+      {"tensors", Json{{"gate", tensor_json(e.gate)}, {"up", tensor_json(e.up)}, {"down", tensor_json(e.down)}}}};
+}
+
+Json lowbit_json(const LowbitCopies& lowbit) {
+  Json copies = Json::object();
+  for (const auto& [key, e] : lowbit.experts) copies[fmt::format("{}.{}", key.layer, key.expert)] = expert_json(e);
+  return Json{{"file", lowbit.file}, {"bytes", lowbit.bytes}, {"dtype", lowbit.dtype}, {"experts", std::move(copies)}};
+}
+
+constexpr const char* kLowbitFormat = "chronos-lowbit-copies";
+
 }  // namespace
+
+void save_lowbit_sidecar(const LowbitCopies& lowbit, const std::string& fingerprint, const fs::path& dir) {
+  Json root;
+  root["format"] = kLowbitFormat;
+  root["version"] = kVersion;
+  root["fingerprint"] = fingerprint;
+  root["lowbit"] = lowbit_json(lowbit);
+  write_file_atomically(dir / kLowbitSidecarFileName, root.dump(1) + "\n");
+}
+
+LowbitCopies load_lowbit_sidecar(const fs::path& dir, const PackManifest& m) {
+  const fs::path path = dir / kLowbitSidecarFileName;
+  if (!fs::exists(path))
+    throw_error("{}: no low-bit copies here (chronos pack -m FILE.gguf --lowbit-type q2_k --lowbit-only -o {})",
+                path.string(), dir.string());
+  const Reader r(path.string());
+  Json root;
+  try {
+    root = Json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw_error("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  if (!root.is_object()) r.fail("(top level)", "not a JSON object");
+  if (r.string(root, "(top level)", "format") != kLowbitFormat)
+    r.fail("format", fmt::format("expected \"{}\"", kLowbitFormat));
+  if (const int64_t version = r.integer(root, "(top level)", "version"); version != kVersion)
+    r.fail("version", fmt::format("version {} is not supported (this build reads {})", version, kVersion));
+  const std::string fingerprint = r.string(root, "(top level)", "fingerprint");
+  if (fingerprint != m.fingerprint)
+    throw_error("{}: copies of another model (fingerprint {}, this model's is {})", path.string(), fingerprint,
+                m.fingerprint);
+  LowbitCopies lowbit = parse_lowbit(r, r.member(root, "(top level)", "lowbit"), "lowbit", m, {});
+  check_lowbit_file(dir, m.fingerprint, lowbit);
+  return lowbit;
+}
 
 PackManifest PackManifest::load(const fs::path& dir) {
   PackManifest m = parse(dir);
@@ -251,13 +345,7 @@ PackManifest PackManifest::load(const fs::path& dir) {
   for (const PackCluster& cluster : m.clusters)
     check_cluster_file(dir, m.fingerprint, cluster, m.experts, types,
                        [&m](DType t, const std::vector<int64_t>& shape) { return m.accepts_expert_dtype(t, shape); });
-  if (m.lowbit) {
-    PackCluster file{kLowbitClusterId, m.lowbit->file, m.lowbit->bytes, {}};
-    for (const auto& [key, expert] : m.lowbit->experts) file.experts.push_back(key);
-    check_cluster_file(
-        dir, m.fingerprint, file, m.lowbit->experts, m.lowbit->dtype,
-        [&m](DType t, const std::vector<int64_t>& shape) { return expert_dtype_matches(t, m.lowbit->dtype, shape); });
-  }
+  if (m.lowbit) check_lowbit_file(dir, m.fingerprint, *m.lowbit);
   return m;
 }
 
@@ -356,40 +444,12 @@ PackManifest PackManifest::parse(const fs::path& dir) {
       r.fail(fmt::format("experts.{}.{}", key.layer, key.expert),
              fmt::format("cluster {} does not list this expert", expert.cluster));
 
-  if (root.contains("lowbit")) {  // one copy of every routed expert, in a file of its own
-    const Json& json = root["lowbit"];
-    LowbitCopies lowbit;
-    lowbit.file = r.string(json, "lowbit", "file");
-    check_plain_file_name(r, lowbit.file, "lowbit.file");
-    if (files.contains(lowbit.file)) r.fail("lowbit.file", fmt::format("{} is also a cluster file", lowbit.file));
-    lowbit.bytes = r.integer(json, "lowbit", "bytes");
-    lowbit.dtype = r.string(json, "lowbit", "dtype");
-    if (!dtype_from_name(lowbit.dtype) && !block_dtype_from_name(lowbit.dtype))
-      r.fail("lowbit.dtype", fmt::format("unknown dtype \"{}\"", lowbit.dtype));
-    const Json& copies = r.member(json, "lowbit", "experts");
-    if (!copies.is_object()) r.fail("lowbit.experts", "not a JSON object");
-    for (const auto& [text, entry] : copies.items()) {
-      const std::string where = "lowbit.experts." + text;
-      PackedExpert expert = parse_expert(r, text, entry, where, m.num_experts);
-      expert.cluster = kLowbitClusterId;
-      const auto full = m.experts.find(expert.key);
-      if (full == m.experts.end()) r.fail(where, "no such expert in \"experts\"");
-      if (expert.gate.shape != full->second.gate.shape || expert.up.shape != full->second.up.shape ||
-          expert.down.shape != full->second.down.shape)
-        r.fail(where, "shapes differ from the expert's");
-      if (!lowbit.experts.emplace(expert.key, expert).second) r.fail(where, "listed twice");
-    }
-    if (lowbit.experts.size() != m.experts.size())
-      r.fail("lowbit.experts", fmt::format("{} copies for {} experts", lowbit.experts.size(), m.experts.size()));
-    m.lowbit = std::move(lowbit);
-  }
+  if (root.contains("lowbit"))  // one copy of every routed expert, in a file of its own
+    m.lowbit = parse_lowbit(r, root["lowbit"], "lowbit", m, files);
   return m;
 }
 
 void PackManifest::save(const fs::path& path) const {
-  const auto tensor_json = [](const PackedTensor& t) {
-    return Json{{"offset", t.offset}, {"shape", t.shape}, {"dtype", std::string(dtype_name(t.dtype))}};
-  };
   Json root;
   root["format"] = kFormat;
   root["version"] = kVersion;
@@ -408,25 +468,13 @@ void PackManifest::save(const fs::path& path) const {
     root["clusters"].push_back(
         Json{{"id", cluster.id}, {"file", cluster.file}, {"bytes", cluster.bytes}, {"experts", std::move(list)}});
   }
-  const auto expert_json = [&](const PackedExpert& e) {
-    return Json{
-        {"offset", e.offset},
-        {"bytes", e.bytes},
-        {"xxh64", fmt::format("{:016x}", e.xxh64)},
-        {"tensors", Json{{"gate", tensor_json(e.gate)}, {"up", tensor_json(e.up)}, {"down", tensor_json(e.down)}}}};
-  };
   root["experts"] = Json::object();
   for (const auto& [key, e] : experts) {
     Json entry = expert_json(e);
     entry["cluster"] = e.cluster;
     root["experts"][fmt::format("{}.{}", key.layer, key.expert)] = std::move(entry);
   }
-  if (lowbit) {
-    Json copies = Json::object();
-    for (const auto& [key, e] : lowbit->experts) copies[fmt::format("{}.{}", key.layer, key.expert)] = expert_json(e);
-    root["lowbit"] = Json{
-        {"file", lowbit->file}, {"bytes", lowbit->bytes}, {"dtype", lowbit->dtype}, {"experts", std::move(copies)}};
-  }
+  if (lowbit) root["lowbit"] = lowbit_json(*lowbit);
   write_file_atomically(path, root.dump(1) + "\n");
 }
 

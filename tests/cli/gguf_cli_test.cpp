@@ -228,6 +228,19 @@ TEST_F(GgufCli, GgufFileStreamsInPlaceWithAPacksFlags) {
   EXPECT_EQ(fitted.out, expected);
   EXPECT_NE(fitted.err.find("chronos: --expert-cache auto: "), std::string::npos) << fitted.err;  // what it chose
   EXPECT_NE(fitted.err.find("chronos: experts: "), std::string::npos) << fitted.err;
+  // Low-bit copies in a folder of their own, for --on-miss lowbit on the file in place.
+  const fs::path copies = work_ / "copies";
+  RunResult made = run_chronos(
+      {"pack", "-m", file.string(), "--lowbit-type", "q4_0", "--lowbit-only", "-o", copies.string()}, work_);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_NE(made.err.find("--lowbit " + copies.string()), std::string::npos) << made.err;
+  made = run_chronos({"generate", "-m", file.string(), "-p", "hi", "-n", "4", "--expert-cache", "200KiB", "--on-miss",
+                      "lowbit", "--lowbit", copies.string()},
+                     work_);
+  EXPECT_EQ(made.exit_code, 0) << made.err;
+  made = run_chronos({"generate", "-m", file.string(), "-p", "hi", "--lowbit", copies.string()}, work_);
+  EXPECT_EQ(made.exit_code, 2) << made.err;
+  EXPECT_NE(made.err.find("--lowbit applies to --on-miss lowbit"), std::string::npos) << made.err;
   EXPECT_EQ(run_chronos({"generate", "-m", file.string(), "-p", "hi", "-n", "4", "--expert-cache", "25%", "--on-miss",
                          "fallback"},
                         work_)

@@ -21,6 +21,7 @@
 #include "chronos/expert_streamer.h"
 #include "chronos/gguf.h"
 #include "chronos/model_runner.h"
+#include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/predictors.h"
 #include "chronos/thread_pool.h"
@@ -236,7 +237,49 @@ TEST_F(GgufStream, FallbackCountsItsMissesAndLowbitIsRefused) {
     ExpertStreamer streamer(*model, file, *backend, options);
     FAIL() << "lowbit was accepted without copies";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pack it with --lowbit-type"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--lowbit-only -o DIR, then --lowbit DIR"), std::string::npos) << e.what();
+  }
+}
+
+// Low-bit copies for a file in place live in a folder of their own (pack --lowbit-only): copies in
+// the experts' own type are the experts, so every late expert is computed from its copy without a
+// wait and the logits are the resident ones; another model's copies are refused.
+TEST_F(GgufStream, LowbitCopiesFromASidecarFolder) {
+  const fs::path file = gguf_fixture("qwen2_moe-q8_0");
+  const auto write_copies = [&](const fs::path& model_file, const fs::path& out) {
+    const auto model = Model::load(model_file);
+    PackOptions options;
+    options.method = ClusterMethod::kNone;
+    options.lowbit_type = DType::kQ8_0;
+    options.lowbit_only = true;
+    const PackSummary summary = write_pack(*model, model_file, out, options, [](int64_t, int64_t) {});
+    EXPECT_GT(summary.lowbit_bytes, 0);
+    EXPECT_TRUE(fs::exists(out / kLowbitSidecarFileName));
+    EXPECT_FALSE(fs::exists(out / kManifestFileName));  // no pack
+  };
+  write_copies(file, work_ / "copies");
+  const RunResult resident = run(file, nullptr);
+  StreamerOptions options;
+  options.budget_bytes = int64_t(1) << 30;
+  options.on_miss = OnMiss::kLowbit;
+  options.lowbit_dir = work_ / "copies";
+  options.prefetch.io_latency_ms = 5;  // every read arrives late
+  const RunResult streamed = run(file, &options);
+  EXPECT_GT(streamed.stats.lowbit, 0);
+  EXPECT_EQ(streamed.stats.waits, 0);
+  EXPECT_EQ(streamed.stats.fallbacks, 0);
+  EXPECT_EQ(streamed.tokens, resident.tokens);
+  EXPECT_TRUE(streamed.logits == resident.logits);
+
+  write_copies(gguf_fixture("qwen2_moe-f32"), work_ / "other");
+  options.lowbit_dir = work_ / "other";
+  const auto model = Model::load(file, {.stream_gguf_experts = true});
+  const auto backend = make_cpu_backend();
+  try {
+    ExpertStreamer streamer(*model, file, *backend, options);
+    FAIL() << "another model's copies were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("copies of another model"), std::string::npos) << e.what();
   }
 }
 
