@@ -302,6 +302,21 @@ Json lowbit_json(const LowbitCopies& lowbit) {
 
 constexpr const char* kLowbitFormat = "chronos-lowbit-copies";
 
+// A JSON file of ours: an object whose "format" and "version" are checked.
+Json read_header(const Reader& r, const fs::path& path, const char* format) {
+  Json root;
+  try {
+    root = Json::parse(read_text(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw_error("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  if (!root.is_object()) r.fail("(top level)", "not a JSON object");
+  if (r.string(root, "(top level)", "format") != format) r.fail("format", fmt::format("expected \"{}\"", format));
+  if (const int64_t version = r.integer(root, "(top level)", "version"); version != kVersion)
+    r.fail("version", fmt::format("version {} is not supported (this build reads {})", version, kVersion));
+  return root;
+}
+
 }  // namespace
 
 void save_lowbit_sidecar(const LowbitCopies& lowbit, const std::string& fingerprint, const fs::path& dir) {
@@ -319,17 +334,7 @@ LowbitCopies load_lowbit_sidecar(const fs::path& dir, const PackManifest& m) {
     throw_error("{}: no low-bit copies here (chronos pack -m FILE.gguf --lowbit-type q2_k --lowbit-only -o {})",
                 path.string(), dir.string());
   const Reader r(path.string());
-  Json root;
-  try {
-    root = Json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw_error("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  if (!root.is_object()) r.fail("(top level)", "not a JSON object");
-  if (r.string(root, "(top level)", "format") != kLowbitFormat)
-    r.fail("format", fmt::format("expected \"{}\"", kLowbitFormat));
-  if (const int64_t version = r.integer(root, "(top level)", "version"); version != kVersion)
-    r.fail("version", fmt::format("version {} is not supported (this build reads {})", version, kVersion));
+  const Json root = read_header(r, path, kLowbitFormat);
   const std::string fingerprint = r.string(root, "(top level)", "fingerprint");
   if (fingerprint != m.fingerprint)
     throw_error("{}: copies of another model (fingerprint {}, this model's is {})", path.string(), fingerprint,
@@ -352,16 +357,7 @@ PackManifest PackManifest::load(const fs::path& dir) {
 PackManifest PackManifest::parse(const fs::path& dir) {
   const fs::path path = dir / kManifestFileName;
   const Reader r(path.string());
-  Json root;
-  try {
-    root = Json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw_error("{}: not valid JSON: {}", path.string(), e.what());
-  }
-  if (!root.is_object()) r.fail("(top level)", "not a JSON object");
-  if (r.string(root, "(top level)", "format") != kFormat) r.fail("format", fmt::format("expected \"{}\"", kFormat));
-  if (const int64_t version = r.integer(root, "(top level)", "version"); version != kVersion)
-    r.fail("version", fmt::format("version {} is not supported (this build reads {})", version, kVersion));
+  const Json root = read_header(r, path, kFormat);
 
   PackManifest m;
   const Json& model = r.member(root, "(top level)", "model");
