@@ -113,10 +113,11 @@ struct AsyncPrefetcher::Impl {
     ring_options.fault_injector = options.fault_injector;
     ring = IoRing::create(ring_options);
     copy_stream = backend.create_stream();
-    staging.emplace(backend, cache.slot_bytes(), options.staging_bytes, ring_options.queue_depth);
+    const unsigned experts_in_flight = std::max(1u, options.queue_depth);  // each with its pieces' requests
+    staging.emplace(backend, cache.slot_bytes(), options.staging_bytes, experts_in_flight);
     stats.staging_buffers = std::ssize(*staging);
-    in_flight.resize(std::max(1u, options.queue_depth));
-    reads.resize(std::max(1u, options.queue_depth));
+    in_flight.resize(experts_in_flight);
+    reads.resize(experts_in_flight);
     thread = std::thread([this] { run(); });
   }
 
