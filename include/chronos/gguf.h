@@ -104,6 +104,9 @@ class GgufFile {
 // chronos/block_types.h), and back; nullopt for the others.
 std::optional<uint32_t> ggml_type_of(DType dtype);
 std::optional<DType> dtype_of_ggml_type(uint32_t ggml_type);
+// Whether a tensor holds a stack of routed experts (llama.cpp's blk.N.ffn_{gate,up,down}_exps.*).
+bool is_stacked_experts(std::string_view tensor_name);
+
 // GGUF's name of a ggml type id ("IQ2_XXS", "Q5_K", ...), or "type N" when unknown.
 std::string ggml_type_name(uint32_t ggml_type);
 

@@ -180,10 +180,7 @@ int run_generate(const GenerateArgs& args) {
   // A pack folder, or a .gguf file read in place, streams its routed experts through a budgeted cache.
   std::unique_ptr<ExpertStreamer> streamer;
   if (model->experts_streamed()) {
-    // Resident beside the cache: the dense weights and the KV store.
-    const int64_t resident = model->sizes().dense_bytes + KvStore::bytes_per_slot(cfg, n_ctx);
-    streamer = make_streamer(*model, dir, *backend, streamer_options(streaming, model->sizes().expert_bytes, resident),
-                             streaming.expert_cache, streaming.pinned_budget);
+    streamer = make_streamer(*model, dir, *backend, streaming, n_ctx);
   } else if (streaming.asks_for_streaming()) {
     throw UsageError(kNeedsStreamedModel);
   }

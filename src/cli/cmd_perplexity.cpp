@@ -88,11 +88,7 @@ Loaded load(const std::filesystem::path& dir, const StreamingFlags& streaming, b
     // The reference is the exact run: every expert resident, whatever the flags ask of the model.
     StreamingFlags flags = use_flags ? streaming : StreamingFlags{};
     // Resident beside the cache: the dense weights, the KV store and the reference model's weights.
-    const int64_t resident =
-        l.model->sizes().dense_bytes + KvStore::bytes_per_slot(l.model->config(), n_ctx) + resident_elsewhere;
-    l.streamer =
-        make_streamer(*l.model, dir, *l.backend, streamer_options(flags, l.model->sizes().expert_bytes, resident),
-                      flags.expert_cache, flags.pinned_budget);
+    l.streamer = make_streamer(*l.model, dir, *l.backend, flags, n_ctx, resident_elsewhere);
     hooks = l.streamer->hooks();
   }
   l.runner = make_cpu_runner(*l.model, pool, n_ctx, 64, hooks);

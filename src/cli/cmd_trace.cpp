@@ -61,10 +61,7 @@ int run_trace(const TraceArgs& args) {
   std::unique_ptr<ExpertStreamer> streamer;
   if (model->experts_streamed()) {
     backend = make_backend("cpu");
-    const int64_t resident = model->sizes().dense_bytes + KvStore::bytes_per_slot(model->config(), options.n_ctx);
-    streamer =
-        make_streamer(*model, dir, *backend, streamer_options(args.streaming, model->sizes().expert_bytes, resident),
-                      args.streaming.expert_cache, args.streaming.pinned_budget);
+    streamer = make_streamer(*model, dir, *backend, args.streaming, options.n_ctx);
   }
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();

@@ -27,8 +27,7 @@ ModelLoadOptions model_load_options(const StreamingFlags& flags, const std::file
   // No flag: the file's expert and dense bytes from its directory, before anything is mapped for use.
   const auto file = GgufFile::open(path);
   int64_t expert_bytes = 0, dense_bytes = 0;
-  for (const GgufTensor& t : file->tensors())
-    (t.name.find("_exps.") != std::string::npos ? expert_bytes : dense_bytes) += t.n_bytes;
+  for (const GgufTensor& t : file->tensors()) (is_stacked_experts(t.name) ? expert_bytes : dense_bytes) += t.n_bytes;
   if (expert_bytes == 0) return {};
   try {
     const AutoBudget budget = default_expert_budget(available_memory(), expert_bytes, dense_bytes);
@@ -51,9 +50,10 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
       ->each([&f](const std::string&) { f.expert_cache_given = true; });
   sub->add_option(
          "--on-miss", f.on_miss,
-         fmt::format("Streamed experts: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
-                     "made with --lowbit-type) or fallback (left out); lowbit and fallback never block",
-                     list))
+         fmt::format(
+             "Streamed experts: {}wait (exact), lowbit (the expert's resident low-bit copy; needs a pack "
+             "made with --lowbit-type, or --lowbit DIR) or fallback (left out); lowbit and fallback never block",
+             list))
       ->capture_default_str();
   sub->add_option(
       "--wait-above", f.wait_above,
@@ -87,7 +87,7 @@ void add_streaming_flags(CLI::App* sub, StreamingFlags& f, bool sweep) {
       ->capture_default_str();
   sub->add_flag("--pread", f.pread, "Streamed experts: read with pread threads instead of io_uring");
   sub->add_option("--pinned-budget", f.pinned_budget,
-                  "CUDA + pack folders: page-locked staging memory for expert reads (256MiB, 5%; default: one "
+                  "CUDA + streamed experts: page-locked staging memory for expert reads (256MiB, 5%; default: one "
                   "slot per read in flight)");
   sub->add_option("--device", f.device, "cpu, cuda or cuda:N")->capture_default_str();
 }
@@ -240,6 +240,14 @@ std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::fil
     if (e.budget() == BudgetTooSmall::Budget::kStaging) throw_error("--pinned-budget {}: {}", pinned_budget, e.what());
     throw_error("--expert-cache {}: {}", expert_cache, e.what());
   }
+}
+
+std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& dir, Backend& backend,
+                                              const StreamingFlags& flags, int64_t n_ctx, int64_t resident_elsewhere) {
+  const int64_t resident =
+      model.sizes().dense_bytes + KvStore::bytes_per_slot(model.config(), n_ctx) + resident_elsewhere;
+  return make_streamer(model, dir, backend, streamer_options(flags, model.sizes().expert_bytes, resident),
+                       flags.expert_cache, flags.pinned_budget);
 }
 
 nlohmann::json streamer_stats_json(const StreamerStats& s, int64_t extent_bytes) {

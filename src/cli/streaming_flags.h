@@ -67,9 +67,7 @@ ModelLoadOptions model_load_options(const StreamingFlags& flags, const std::file
 // The words of a refusal for a model that cannot stream (a checkpoint folder).
 inline constexpr const char* kNeedsStreamedModel =
     "--expert-cache, --on-miss, --prefetch, --predictors, --lowbit, --eviction, --io-latency-ms and --pread need a "
-    "pack "
-    "folder "
-    "(chronos pack) or a .gguf file";
+    "pack folder (chronos pack) or a .gguf file";
 
 // StreamerOptions from single values (every list holds one element), checked. --expert-cache auto
 // is resolved (auto_expert_budget, the line that explains it printed to stderr) when
@@ -81,6 +79,13 @@ StreamerOptions streamer_options(const StreamingFlags& flags, int64_t expert_byt
 std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& pack_dir,
                                               Backend& backend, const StreamerOptions& options,
                                               const std::string& expert_cache, const std::string& pinned_budget);
+
+// The streamer of a model whose experts stream, for one sequence of `n_ctx` positions: the flags'
+// options, --expert-cache auto (or no --expert-cache) sized from what stays resident beside the cache
+// (the dense weights, the KV store and `resident_elsewhere`, such as a reference model).
+std::unique_ptr<ExpertStreamer> make_streamer(const Model& model, const std::filesystem::path& dir, Backend& backend,
+                                              const StreamingFlags& flags, int64_t n_ctx,
+                                              int64_t resident_elsewhere = 0);
 
 // Where a streamed run's expert bytes went, as bench --json, generate --stats-json and perplexity
 // --json report it: lookups and their outcomes, the byte hit rate (bytes of looked-up experts that

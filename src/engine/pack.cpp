@@ -67,10 +67,6 @@ bool dense_matrix_converts(TensorRole role) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // One file of low-bit copies of every routed expert, in (layer, expert) order: <dir>/lowbit.ctsr.
 LowbitCopies write_lowbit_copies(const Model& model, const std::vector<int32_t>& layers, DType type,
                                  const std::string& fingerprint, const fs::path& dir, ThreadPool& pool) {

@@ -426,6 +426,8 @@ std::unique_ptr<GgufFile> GgufFile::open(const std::filesystem::path& path) {
   return file;
 }
 
+bool is_stacked_experts(std::string_view tensor_name) { return tensor_name.find("_exps.") != std::string_view::npos; }
+
 void GgufFile::advise_experts_read_elsewhere() const {
   if (mapping_ == nullptr) return;
   auto* base = static_cast<std::byte*>(mapping_);
@@ -433,7 +435,7 @@ void GgufFile::advise_experts_read_elsewhere() const {
     spdlog::debug("{}: madvise(MADV_RANDOM): {}", path_.string(), std::strerror(errno));
   const int64_t page = ::sysconf(_SC_PAGESIZE);
   for (const GgufTensor& t : tensors_) {
-    if (t.name.find("_exps.") != std::string::npos || t.n_bytes == 0) continue;
+    if (is_stacked_experts(t.name) || t.n_bytes == 0) continue;
     const int64_t begin = t.file_offset / page * page, end = t.file_offset + t.n_bytes;
     if (::madvise(base + begin, size_t(end - begin), MADV_WILLNEED) != 0)
       spdlog::debug("{}: madvise(MADV_WILLNEED) of {}: {}", path_.string(), t.name, std::strerror(errno));

@@ -43,6 +43,18 @@ uint64_t mix(uint64_t x) {
   return x;
 }
 
+// Making a streamer over `file` with `options` throws Error, its message holding `words`.
+void expect_streamer_refused(const Model& model, const fs::path& file, const StreamerOptions& options,
+                             const std::string& words) {
+  const auto backend = make_cpu_backend();
+  try {
+    ExpertStreamer streamer(model, file, *backend, options);
+    ADD_FAILURE() << "the streamer was made; expected an error saying: " << words;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
 struct RunResult {
   std::vector<int32_t> tokens;  // the prompt's greedy continuation
   std::vector<float> logits;    // every position's
@@ -232,13 +244,7 @@ TEST_F(GgufStream, FallbackCountsItsMissesAndLowbitIsRefused) {
 
   options.on_miss = OnMiss::kLowbit;
   const auto model = Model::load(file, {.stream_gguf_experts = true});
-  const auto backend = make_cpu_backend();
-  try {
-    ExpertStreamer streamer(*model, file, *backend, options);
-    FAIL() << "lowbit was accepted without copies";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--lowbit-only -o DIR, then --lowbit DIR"), std::string::npos) << e.what();
-  }
+  expect_streamer_refused(*model, file, options, "--lowbit-only -o DIR, then --lowbit DIR");
 }
 
 // Low-bit copies for a file in place live in a folder of their own (pack --lowbit-only): copies in
@@ -274,13 +280,7 @@ TEST_F(GgufStream, LowbitCopiesFromASidecarFolder) {
   write_copies(gguf_fixture("qwen2_moe-f32"), work_ / "other");
   options.lowbit_dir = work_ / "other";
   const auto model = Model::load(file, {.stream_gguf_experts = true});
-  const auto backend = make_cpu_backend();
-  try {
-    ExpertStreamer streamer(*model, file, *backend, options);
-    FAIL() << "another model's copies were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("copies of another model"), std::string::npos) << e.what();
-  }
+  expect_streamer_refused(*model, file, options, "copies of another model");
 }
 
 // Predictors are keyed by the model's fingerprint: another file's are refused, and a missing
@@ -289,24 +289,13 @@ TEST_F(GgufStream, PredictorsOfAnotherFileAreRefused) {
   const fs::path other = sidecar(gguf_fixture("qwen2_moe-f32"), "qwen2_moe_f32");
   const fs::path file = gguf_fixture("qwen2_moe-q8_0");  // same shapes, other weights
   const auto model = Model::load(file, {.stream_gguf_experts = true});
-  const auto backend = make_cpu_backend();
   StreamerOptions options;
   options.budget_bytes = int64_t(1) << 30;
   options.mode = PrefetchMode::kPredict;
   options.predictors_dir = other;
-  try {
-    ExpertStreamer streamer(*model, file, *backend, options);
-    FAIL() << "predictors of another model were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("trained for another model"), std::string::npos) << e.what();
-  }
+  expect_streamer_refused(*model, file, options, "trained for another model");
   options.predictors_dir = work_;  // no predictors.safetensors
-  try {
-    ExpertStreamer streamer(*model, file, *backend, options);
-    FAIL() << "a folder without predictors was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--predictors DIR"), std::string::npos) << e.what();
-  }
+  expect_streamer_refused(*model, file, options, "--predictors DIR");
 }
 
 // No checksum guards a GGUF file's bytes: its size and identity at load do. A file rewritten after
@@ -319,13 +308,7 @@ TEST_F(GgufStream, ChangedOrTruncatedFileIsAClearError) {
   const auto expect_refused = [&](const fs::path& file, const auto& change) {
     const auto model = Model::load(file, {.stream_gguf_experts = true});
     change(file);
-    try {
-      ExpertStreamer streamer(*model, file, *backend, options);
-      FAIL() << "a changed file was streamed";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("the file changed since the model was loaded"), std::string::npos)
-          << e.what();
-    }
+    expect_streamer_refused(*model, file, options, "the file changed since the model was loaded");
   };
   const fs::path touched = copy_of(gguf_fixture("qwen2_moe-q8_0"));
   expect_refused(touched,
