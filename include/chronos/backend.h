@@ -72,5 +72,9 @@ std::unique_ptr<Backend> make_cpu_backend();
 std::unique_ptr<Backend> make_backend(const std::string& device);
 // Whether this build includes the CUDA backend (nvcc was found at configure time).
 bool cuda_built();
+// The CUDA backend on device `ordinal`. Throws Error naming the cause when the build has no CUDA
+// backend or the machine no usable device. make_backend, cuda_built, this and make_cuda_runner come
+// from the device library an executable links (src/CMakeLists.txt: chronos_device).
+std::unique_ptr<Backend> make_cuda_backend(int ordinal);
 
 }  // namespace chronos

@@ -31,10 +31,10 @@ struct BatchTotals {
   int64_t requests = 0;
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  int64_t steps = 0;          // forward calls
-  int64_t rows = 0;           // rows over all steps
-  int64_t max_live = 0;       // most sequences live in one step
-  double seconds = 0.0;       // wall time of run()
+  int64_t steps = 0;     // forward calls
+  int64_t rows = 0;      // rows over all steps
+  int64_t max_live = 0;  // most sequences live in one step
+  double seconds = 0.0;  // wall time of run()
   double decode_tokens_per_second() const { return seconds > 0 ? double(generated_tokens) / seconds : 0.0; }
 };
 

@@ -38,7 +38,7 @@ struct GenerateArgs {
   std::optional<std::string> prompt;
   std::optional<std::string> prompt_file;
   std::optional<std::string> jsonl;  // many prompts, one JSON object a line ("-": standard input)
-  int64_t parallel = 4;              // sequences generated at once with --jsonl
+  std::optional<int64_t> parallel;   // sequences generated at once with --jsonl (default 4)
   int64_t n_predict = 128;
   std::optional<float> temperature;
   std::optional<int64_t> top_k;
@@ -417,7 +417,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
     if (l.ignore_eos) r.options.ignore_eos = *l.ignore_eos;
   }
 
-  const int64_t n_seq = std::min<int64_t>(args.parallel, std::ssize(requests));
+  const int64_t n_seq = std::min<int64_t>(args.parallel.value_or(4), std::ssize(requests));
   BatchGenerator generator(*s.model, tokenizer, make_runner(s, args, n_seq), n_seq, args.batch_size);
   generator.stream_experts_with(s.streamer.get());
   log_session(s, generator.runner(), fmt::format("{} prompts, {} at once", requests.size(), n_seq));
@@ -484,6 +484,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
 int run_generate(const GenerateArgs& args) {
   if (args.verbose) spdlog::set_level(spdlog::level::debug);
   if (args.jsonl) return run_generate_jsonl(args);
+  if (args.parallel) throw UsageError("--parallel needs --jsonl (one prompt runs as one sequence)");
   if (!args.system.empty() && !args.chat) throw UsageError("--system needs --chat");
   const bool conversation = !args.chat_flags.messages_file.empty();
   if (args.show_reasoning && !args.chat && !conversation)
@@ -588,8 +589,7 @@ Command register_generate(CLI::App& app) {
                   "writes one JSON line per prompt, in order; - reads standard input")
       ->excludes(p)
       ->excludes(f);
-  sub->add_option("--parallel", args->parallel, "Sequences generated at once with --jsonl (KV slots)")
-      ->capture_default_str()
+  sub->add_option("--parallel", args->parallel, "Sequences generated at once with --jsonl (KV slots; default 4)")
       ->check(count_in<int64_t>(1, 256));
   sub->add_option("-n,--n-predict", args->n_predict, "Tokens to generate at most")
       ->capture_default_str()

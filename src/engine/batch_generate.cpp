@@ -173,8 +173,7 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
         l->pos = l->fed;
         if (l->fed == l->stats.prompt_tokens) l->stats.prefill_seconds = seconds_between(l->admitted, Clock::now());
       }
-      if (l->logit_row >= 0)
-        take(*l, std::span<float>(logits.data() + l->logit_row * n_vocab, size_t(n_vocab)));
+      if (l->logit_row >= 0) take(*l, std::span<float>(logits.data() + l->logit_row * n_vocab, size_t(n_vocab)));
     }
     std::erase_if(live, [](const std::unique_ptr<Live>& l) { return l->finished; });
   }

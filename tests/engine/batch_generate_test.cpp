@@ -226,13 +226,16 @@ TEST_F(BatchGenerate, EndsAsGenerateEnds) {
   int calls = 0;
   const auto count = [&](size_t, const GenerateStats&) { ++calls; };
   try {
-    generator.run(bad, [](size_t, std::string_view) { return true; }, count);
+    generator.run(
+        bad, [](size_t, std::string_view) { return true; }, count);
     ADD_FAILURE() << "a 24-token prompt in a context of 24 ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("request 2: the prompt is 24 tokens"), std::string::npos) << e.what();
   }
   bad[1].prompt.clear();
-  EXPECT_THROW(generator.run(bad, [](size_t, std::string_view) { return true; }, count), Error);
+  EXPECT_THROW(generator.run(
+                   bad, [](size_t, std::string_view) { return true; }, count),
+               Error);
   EXPECT_EQ(calls, 0);
 }
 
