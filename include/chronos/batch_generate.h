@@ -28,7 +28,7 @@ struct BatchRequest {
 
 // What a run did as a whole.
 struct BatchTotals {
-  int64_t requests = 0;
+  int64_t requests = 0;  // requests that ran (all, unless keep_going stopped the run)
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   int64_t steps = 0;     // forward calls
@@ -57,8 +57,11 @@ class BatchGenerator {
 
   // Runs every request to its end, taking them in order as slots free. Throws Error naming the
   // request (its index) for an empty prompt or one that does not fit the context, before
-  // anything runs. The callbacks are called on this thread.
-  BatchTotals run(std::span<const BatchRequest> requests, const TextFn& on_text, const DoneFn& on_done);
+  // anything runs. The callbacks are called on this thread. When `keep_going` is set and returns
+  // false at a step boundary (the reader went away), the live requests end there (kCallback)
+  // and the ones not started are dropped without a DoneFn call.
+  BatchTotals run(std::span<const BatchRequest> requests, const TextFn& on_text, const DoneFn& on_done,
+                  const std::function<bool()>& keep_going = {});
 
   int64_t n_ctx() const { return runner_->n_ctx(); }
   const ModelRunner& runner() const { return *runner_; }

@@ -425,6 +425,16 @@ int run_generate_jsonl(const GenerateArgs& args) {
   std::vector<ReasoningParts> replies(requests.size());
   std::vector<std::optional<std::string>> finished(requests.size());
   size_t written = 0;
+  // A closed pipe (`| head -n 1`) ends the run at the next step, quietly; any other write error
+  // is an error, or the output would be lost while the run reports success.
+  bool closed = false;
+  const auto write_line = [&](const std::string& line) {
+    if (closed) return;
+    if (std::fwrite(line.data(), 1, line.size(), stdout) == line.size() && std::fflush(stdout) == 0) return;
+    const int error = errno != 0 ? errno : EIO;
+    if (error != EPIPE) throw_error("standard output: cannot write: {}", std::strerror(error));
+    closed = true;
+  };
   const auto on_text = [&](size_t i, std::string_view text) {
     if (!reasoning[i]) {
       replies[i].content += text;
@@ -453,11 +463,11 @@ int run_generate_jsonl(const GenerateArgs& args) {
     finished[i] = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     replies[i] = {};
     for (; written < finished.size() && finished[written]; ++written) {
-      write_stdout(*finished[written]);
+      write_line(*finished[written]);
       finished[written].reset();
     }
   };
-  const BatchTotals totals = generator.run(requests, on_text, on_done);
+  const BatchTotals totals = generator.run(requests, on_text, on_done, [&] { return !closed; });
 
   print_streamer_summary(s);
   fmt::print(stderr,

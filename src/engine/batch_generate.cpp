@@ -68,7 +68,8 @@ BatchGenerator::BatchGenerator(const Model& model, const Tokenizer& tokenizer, s
 
 BatchGenerator::~BatchGenerator() = default;
 
-BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const TextFn& on_text, const DoneFn& on_done) {
+BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const TextFn& on_text, const DoneFn& on_done,
+                                const std::function<bool()>& keep_going) {
   const int64_t n_ctx = runner_->n_ctx(), n_vocab = model_.config().n_vocab;
   for (size_t i = 0; i < requests.size(); ++i) {
     const int64_t n = std::ssize(requests[i].prompt);
@@ -78,7 +79,6 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
                   n, n_ctx, model_.config().n_ctx_train);
   }
   BatchTotals totals;
-  totals.requests = std::ssize(requests);
   const auto start = Clock::now();
   std::vector<std::unique_ptr<Live>> live;
   std::vector<float> logits(size_t(n_seq_ * n_vocab));
@@ -133,9 +133,14 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
   };
 
   while (next < requests.size() || !live.empty()) {
+    if (keep_going && !keep_going()) {
+      for (auto& l : live) finish(*l, StopReason::kCallback);
+      break;
+    }
     while (std::ssize(live) < n_seq_ && next < requests.size()) {
       const int32_t slot = engine_.add_sequence();
       live.push_back(std::make_unique<Live>(next, requests[next], slot, tokenizer_));
+      ++totals.requests;
       ++next;
     }
     totals.max_live = std::max(totals.max_live, std::ssize(live));

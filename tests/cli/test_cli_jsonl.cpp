@@ -134,6 +134,25 @@ TEST_F(Jsonl, StreamedFromAGgufFileEqualsTheResidentRuns) {
   }
 }
 
+// `| head -n 1`: the run ends quietly soon after the reader goes, not after every prompt.
+TEST_F(Jsonl, AClosedPipeEndsTheRun) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "{\"prompt\": \"The river keeps its own time " + std::to_string(i) + "\"}\n";
+  const fs::path input = write("many.jsonl", text), stats = work_ / "stats.json", out = work_ / "out.txt";
+  const std::string command = "set -o pipefail; " + testing::shell_quote(CHRONOS_BINARY) + " generate -m " +
+                              testing::shell_quote(kModel.string()) + " --jsonl " +
+                              testing::shell_quote(input.string()) + " -n 16 --ignore-eos --parallel 2 --stats-json " +
+                              testing::shell_quote(stats.string()) + " 2>/dev/null | head -n 1 > " +
+                              testing::shell_quote(out.string());
+  const int status = std::system(("bash -c " + testing::shell_quote(command)).c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "a closed pipe is not an error";
+  EXPECT_EQ(json_lines(testing::slurp(out)).size(), 1u);
+  const nlohmann::json j = nlohmann::json::parse(testing::slurp(stats));
+  EXPECT_LT(j["requests"].get<int64_t>(), 100) << "the run went on after the reader left";
+  EXPECT_LT(j["generated_tokens"].get<int64_t>(), 100 * 16);
+}
+
 TEST_F(Jsonl, BadLinesAreNamedByFileAndLine) {
   const std::string model = kModel.string();
   const auto run = [&](const std::string& text) {

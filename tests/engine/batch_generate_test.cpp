@@ -220,6 +220,18 @@ TEST_F(BatchGenerate, EndsAsGenerateEnds) {
   EXPECT_EQ(reasons[1], StopReason::kCallback);
   EXPECT_EQ(reasons[0], StopReason::kEos);
 
+  // The reader goes away after the first reply: the live one ends at the next step, the rest never start.
+  std::map<size_t, StopReason> cut;
+  const BatchTotals totals = generator.run(
+      requests, [](size_t, std::string_view) { return true; },
+      [&](size_t i, const GenerateStats& stats) { cut[i] = stats.stop_reason; }, [&] { return cut.empty(); });
+  EXPECT_EQ(cut.size(), 2u) << "the first to end and the one beside it";
+  EXPECT_EQ(totals.requests, std::ssize(cut));
+  EXPECT_LT(totals.requests, std::ssize(requests));
+  int64_t cut_short = 0;
+  for (const auto& [i, reason] : cut) cut_short += reason == StopReason::kCallback;
+  EXPECT_EQ(cut_short, 1);
+
   // A prompt that does not fit, or an empty one, is refused by its number before anything runs.
   std::vector<BatchRequest> bad = requests;
   bad[1].prompt.assign(24, bad[1].prompt.front());
