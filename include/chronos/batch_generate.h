@@ -35,7 +35,8 @@ struct BatchTotals {
   int64_t rows = 0;      // rows over all steps
   int64_t max_live = 0;  // most sequences live in one step
   double seconds = 0.0;  // wall time of run()
-  double decode_tokens_per_second() const { return seconds > 0 ? double(generated_tokens) / seconds : 0.0; }
+  // Every generated token over the run's wall time (prefills included).
+  double generated_tokens_per_second() const { return seconds > 0 ? double(generated_tokens) / seconds : 0.0; }
 };
 
 class BatchGenerator {

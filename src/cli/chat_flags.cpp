@@ -98,10 +98,11 @@ std::string read_chat_template_file(const ChatFlags& flags) {
   return text;
 }
 
-void write_stdout(std::string_view text) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return;
+bool write_stdout(std::string_view text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0) return true;
   const int error = errno != 0 ? errno : EIO;
   if (error != EPIPE) throw_error("standard output: cannot write: {}", std::strerror(error));
+  return false;
 }
 
 }  // namespace chronos::cli

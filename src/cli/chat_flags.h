@@ -34,7 +34,7 @@ std::string read_input_file(const std::string& path, std::string_view what);
 // The text of --chat-template FILE (empty without it).
 std::string read_chat_template_file(const ChatFlags& flags);
 
-// Writes `text` to standard output; a closed pipe ends quietly, any other write error throws.
-void write_stdout(std::string_view text);
+// Writes `text` to standard output; a closed pipe returns false, any other write error throws.
+bool write_stdout(std::string_view text);
 
 }  // namespace chronos::cli

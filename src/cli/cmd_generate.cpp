@@ -211,8 +211,7 @@ struct Session {
   std::unique_ptr<Model> model;
   std::optional<Tokenizer> tokenizer;
   double load_seconds = 0.0;
-  SamplingParams sampling;  // generation_config.json's defaults under the flags
-  GenerateOptions options;  // the flags' limits, stops and EOS ids
+  GenerateOptions options;  // the flags' limits, stops, EOS ids and sampling (over generation_config.json's)
   int64_t n_ctx = 0;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Backend> backend;
@@ -233,17 +232,17 @@ Session open_session(const GenerateArgs& args) {
   s.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const ModelConfig& cfg = s.model->config();
 
-  s.sampling = read_generation_defaults(s.dir);
-  if (args.temperature) s.sampling.temperature = *args.temperature;
-  if (args.top_k) s.sampling.top_k = *args.top_k;
-  if (args.top_p) s.sampling.top_p = *args.top_p;
-  if (args.min_p) s.sampling.min_p = *args.min_p;
-  if (args.repeat_penalty) s.sampling.repetition_penalty = *args.repeat_penalty;
-  s.sampling.seed = args.seed;
-  validate_sampling(s.sampling);
+  SamplingParams& sampling = s.options.sampling;
+  sampling = read_generation_defaults(s.dir);
+  if (args.temperature) sampling.temperature = *args.temperature;
+  if (args.top_k) sampling.top_k = *args.top_k;
+  if (args.top_p) sampling.top_p = *args.top_p;
+  if (args.min_p) sampling.min_p = *args.min_p;
+  if (args.repeat_penalty) sampling.repetition_penalty = *args.repeat_penalty;
+  sampling.seed = args.seed;
+  validate_sampling(sampling);
 
   s.options.max_new_tokens = args.n_predict;
-  s.options.sampling = s.sampling;
   for (const std::string& stop : args.stop) {
     s.options.stop_strings.push_back(unescape_stop(stop));
     if (s.options.stop_strings.back().empty()) throw UsageError("--stop: the stop string is empty");
@@ -354,10 +353,9 @@ void check_stats_json_folder(const GenerateArgs& args) {
 
 // A chat request's rendered prompt: messages with the flags' tools and kwargs, through the
 // model's template (or --chat-template's).
-std::vector<int32_t> chat_prompt(const Tokenizer& tokenizer, ChatRequest request, const std::string& template_override,
-                                 std::string* rendered_out) {
-  const std::string rendered = tokenizer.apply_chat_template(request, template_override);
-  if (rendered_out != nullptr) *rendered_out = rendered;
+std::vector<int32_t> chat_prompt(const Tokenizer& tokenizer, const ChatRequest& request,
+                                 const std::string& template_override, std::string& rendered) {
+  rendered = tokenizer.apply_chat_template(request, template_override);
   return tokenizer.encode(rendered, /*add_special_tokens=*/false);
 }
 
@@ -392,7 +390,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
           if (!args.system.empty()) chat.messages.push_back({{"role", "system"}, {"content", args.system}});
           chat.messages.push_back({{"role", "user"}, {"content", *l.prompt}});
         }
-        r.prompt = chat_prompt(tokenizer, std::move(chat), chat_template_override, &rendered);
+        r.prompt = chat_prompt(tokenizer, chat, chat_template_override, rendered);
         if (!args.show_reasoning) reasoning[i].emplace(prompt_opens_reasoning(rendered));
       } else {
         r.prompt = tokenizer.encode(*l.prompt, /*add_special_tokens=*/true);
@@ -425,32 +423,22 @@ int run_generate_jsonl(const GenerateArgs& args) {
   std::vector<ReasoningParts> replies(requests.size());
   std::vector<std::optional<std::string>> finished(requests.size());
   size_t written = 0;
-  // A closed pipe (`| head -n 1`) ends the run at the next step, quietly; any other write error
-  // is an error, or the output would be lost while the run reports success.
+  // A closed pipe (`| head -n 1`) ends the run at the next step, quietly (write_stdout throws for
+  // any other write error).
   bool closed = false;
-  const auto write_line = [&](const std::string& line) {
-    if (closed) return;
-    if (std::fwrite(line.data(), 1, line.size(), stdout) == line.size() && std::fflush(stdout) == 0) return;
-    const int error = errno != 0 ? errno : EIO;
-    if (error != EPIPE) throw_error("standard output: cannot write: {}", std::strerror(error));
-    closed = true;
-  };
-  const auto on_text = [&](size_t i, std::string_view text) {
-    if (!reasoning[i]) {
-      replies[i].content += text;
-      return true;
-    }
-    ReasoningParts parts = reasoning[i]->push(text);
+  const auto add = [&](size_t i, const ReasoningParts& parts) {
     replies[i].reasoning += parts.reasoning;
     replies[i].content += parts.content;
+  };
+  const auto on_text = [&](size_t i, std::string_view text) {
+    if (reasoning[i])
+      add(i, reasoning[i]->push(text));
+    else
+      replies[i].content += text;
     return true;
   };
   const auto on_done = [&](size_t i, const GenerateStats& stats) {
-    if (reasoning[i]) {
-      ReasoningParts parts = reasoning[i]->finish();
-      replies[i].reasoning += parts.reasoning;
-      replies[i].content += parts.content;
-    }
+    if (reasoning[i]) add(i, reasoning[i]->finish());
     nlohmann::ordered_json out = {{"index", i}};
     if (!lines[i].id.is_null()) out["id"] = lines[i].id;
     out["text"] = replies[i].content;
@@ -463,7 +451,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
     finished[i] = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     replies[i] = {};
     for (; written < finished.size() && finished[written]; ++written) {
-      write_line(*finished[written]);
+      if (!closed) closed = !write_stdout(*finished[written]);
       finished[written].reset();
     }
   };
@@ -474,7 +462,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
              "chronos: {} prompts, {} at once: {} prompt tokens, generated {} tokens in {:.2f} s ({:.2f} tok/s), "
              "{} steps of {:.1f} rows\n",
              totals.requests, n_seq, totals.prompt_tokens, totals.generated_tokens, totals.seconds,
-             totals.decode_tokens_per_second(), totals.steps,
+             totals.generated_tokens_per_second(), totals.steps,
              double(totals.rows) / double(std::max<int64_t>(1, totals.steps)));
   if (!args.stats_json.empty()) {
     nlohmann::json j = session_json(s, generator.runner());
@@ -483,7 +471,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
               {"prompt_tokens", totals.prompt_tokens},
               {"generated_tokens", totals.generated_tokens},
               {"seconds", totals.seconds},
-              {"generated_tokens_per_second", totals.decode_tokens_per_second()},
+              {"generated_tokens_per_second", totals.generated_tokens_per_second()},
               {"steps", totals.steps},
               {"rows", totals.rows}});
     write_file_atomically(args.stats_json, j.dump(2) + "\n");
@@ -522,7 +510,7 @@ int run_generate(const GenerateArgs& args) {
       chat_request.messages.push_back({{"role", "user"}, {"content", prompt_text}});
     }
     std::string rendered;
-    prompt = chat_prompt(tokenizer, std::move(chat_request), chat_template_override, &rendered);
+    prompt = chat_prompt(tokenizer, chat_request, chat_template_override, rendered);
     if (!args.show_reasoning) reasoning.emplace(prompt_opens_reasoning(rendered));
   } else {
     prompt = tokenizer.encode(prompt_text, /*add_special_tokens=*/true);
