@@ -26,6 +26,7 @@ from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, pro
 from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, MixtralForCausalLM,
                           DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM,
                           Glm4MoeConfig, Glm4MoeForCausalLM, Glm4MoeLiteConfig, Glm4MoeLiteForCausalLM,
+                          GptOssConfig, GptOssForCausalLM,
                           MiniMaxM2Config, MiniMaxM2ForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM,
                           PreTrainedTokenizerFast, Qwen2MoeConfig,
@@ -118,9 +119,12 @@ VARIANTS = [
     ("deepseek_v2-f32", "deepseek_v2", torch.float32, {}),
     ("deepseek_v2-greedy-f32", "deepseek_v2", torch.float32, {"plain": True}),
     ("glm4_moe_lite-f32", "glm4_moe_lite", torch.float32, {}),
+    ("gpt_oss-f32", "gpt_oss", torch.float32, {}),
+    ("gpt_oss-bf16", "gpt_oss", torch.bfloat16, {}),
+    ("gpt_oss-mxfp4", "gpt_oss", torch.float32, {"mxfp4": True}),
 ]
 ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66,
-              "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99}
+              "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99, "gpt_oss": 110}
 
 # DeepSeek's YaRN with both mscales present and different, so the rotary attention factor
 # (mscale / mscale_all_dim) and the softmax scale (mscale_all_dim squared) both differ from 1.
@@ -230,6 +234,18 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
                     topk_group=1, n_shared_experts=1, routed_scaling_factor=1.8, norm_topk_prob=True,
                     rope_interleave=True, rope_parameters={"rope_type": "default", "rope_theta": 1e6})
         return Glm4MoeLiteConfig(**lite), Glm4MoeLiteForCausalLM
+    if arch == "gpt_oss":
+        # Sinks, a sliding window of 8 on layers 0 and 2 (the 12- and 40-token prompts outgrow it),
+        # q/k/v/o biases, heads of 32 (q_dim 128 != hidden 64), YaRN without truncation (factor 4 from
+        # 64), top-2 of 8 experts with the router's bias, and a SwiGLU limit of 2 that the gate and up
+        # projections cross often (their spread is about 2).
+        oss = dict(common, head_dim=32, intermediate_size=32, num_local_experts=8, sliding_window=8,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                   swiglu_limit=2.0, attention_bias=True,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                    "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                                    "beta_slow": 1.0, "truncate": False})
+        return GptOssConfig(**oss), GptOssForCausalLM
     raise ValueError(arch)
 
 
@@ -246,8 +262,10 @@ def reinitialize(model, seed):
             value = 0.2 * noise
         elif "embed_tokens" in name:
             value = 0.6 * noise
-        elif name.endswith("mlp.gate.weight"):  # routers
+        elif name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):  # routers
             value = 0.6 * noise
+        elif name.endswith("self_attn.sinks"):  # gpt-oss: one logit per head, as large as the scores
+            value = 1.5 + 1.0 * noise
         elif "lm_head" in name:
             value = 0.35 * noise
         else:
@@ -350,6 +368,8 @@ def make_variant(out_dir, name, arch, dtype, options, tokenizer):
     model.generation_config.pad_token_id = eos_id
     save_kwargs = {"max_shard_size": options["shard"]} if "shard" in options else {}
     model.save_pretrained(folder, **save_kwargs)
+    if options.get("mxfp4"):
+        to_mxfp4(folder)
     # transformers 5 writes the template to chat_template.jinja by default; most published MoE
     # checkpoints carry it inside tokenizer_config.json, which is the form kept here.
     tokenizer.save_pretrained(folder, save_jinja_files=False)
@@ -358,6 +378,43 @@ def make_variant(out_dir, name, arch, dtype, options, tokenizer):
     model_f32 = load(folder, torch.float32) if dtype != torch.float32 else None
     write_json(folder / "reference.json", make_reference(load(folder, dtype), tokenizer, dtype, model_f32))
     return folder
+
+
+FP4_LEVELS = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def mxfp4_quantize(weight):
+    """[..., rows, cols] float -> (blocks [..., rows, cols/32, 16] U8, scales [..., rows, cols/32] U8)
+    as gpt-oss checkpoints store them: a power-of-two scale per 32 weights (E8M0, bias 127) and each
+    weight the nearest E2M1 level, element 2j in the low nibble of byte j."""
+    w = weight.float().reshape(*weight.shape[:-1], weight.shape[-1] // 32, 32)
+    amax = w.abs().amax(-1, keepdim=True).clamp(min=2.0 ** -100)
+    exponent = torch.ceil(torch.log2(amax / 6.0))
+    scaled = w / torch.exp2(exponent)
+    level = (scaled.abs().unsqueeze(-1) - FP4_LEVELS).abs().argmin(-1)
+    code = (level | ((scaled < 0).long() << 3)).to(torch.uint8)
+    blocks = code[..., 0::2] | (code[..., 1::2] << 4)
+    scales = (exponent.squeeze(-1) + 127).to(torch.uint8)
+    return blocks, scales
+
+
+def to_mxfp4(folder):
+    """Rewrites a saved gpt-oss folder as the released checkpoints are: the experts' projections as
+    MXFP4 blocks and scales ([experts, out, in], transposed from the bf16 layout), the rest as saved,
+    and config.json's quantization_config."""
+    from safetensors.torch import load_file, save_file
+    path = folder / "model.safetensors"
+    tensors = load_file(str(path))
+    for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        blocks, scales = mxfp4_quantize(tensors.pop(name).transpose(1, 2).contiguous())
+        tensors[name + "_blocks"] = blocks.contiguous()
+        tensors[name + "_scales"] = scales.contiguous()
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "mxfp4",
+                                     "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                "model.embed_tokens", "lm_head"]}
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def load(folder, dtype):

@@ -22,6 +22,7 @@ struct PackManifest;
 class ThreadPool;
 class Stream;
 struct GgufTensors;
+struct PresentedTensors;
 class DeviceOps;
 struct ForwardState;
 
@@ -39,6 +40,8 @@ struct LayerWeights {
   std::vector<float> ffn_norm;        // [n_embd]
   WeightView wq, wk, wv, wo;          // [q_dim, n_embd], [kv_dim, n_embd] x2, [n_embd, q_dim]
   std::vector<float> bq, bk, bv;      // [q_dim], [kv_dim], [kv_dim]; empty without biases
+  std::vector<float> bo;              // [n_embd] o_proj's bias; empty without
+  std::vector<float> sinks;           // [n_head] gpt-oss's attention sinks; empty without
   std::vector<float> q_norm, k_norm;  // [head_dim] (per head) or [q_dim]/[kv_dim] (full width)
   // Multi-head latent attention (ModelConfig::mla()): wq is q_proj, or null with q_lora_rank's
   // wq_a -> q_a_norm -> wq_b; wkv_a gives the latent and the rotary key, kv_a_norm the latent's norm,
@@ -48,12 +51,16 @@ struct LayerWeights {
   WeightView wq_a, wq_b, wkv_a, wkv_b;
   std::vector<float> q_a_norm, kv_a_norm;
   std::vector<float> mla_uk, mla_uv;
-  WeightView router;                // [n_expert, n_embd]
-  std::vector<float> router_bias;   // [n_expert] a sigmoid router's selection bias; empty otherwise
-  std::vector<FfnWeights> experts;  // [n_expert]
-  FfnWeights shared;                // shared expert (Qwen2-MoE), absent otherwise
-  WeightView shared_gate;           // [1, n_embd]
-  FfnWeights dense;                 // dense MLP of non-MoE layers
+  WeightView router;                     // [n_expert, n_embd]
+  std::vector<float> router_bias;        // [n_expert] a sigmoid router's selection bias; empty otherwise
+  std::vector<float> router_logit_bias;  // [n_expert] added to the router's logits (gpt-oss); empty otherwise
+  std::vector<FfnWeights> experts;       // [n_expert]
+  // gpt-oss: every routed expert's projection biases, [n_expert, n_ff] x2 and [n_expert, n_embd],
+  // resident whether the experts are or not; empty otherwise.
+  std::vector<float> expert_gate_bias, expert_up_bias, expert_down_bias;
+  FfnWeights shared;       // shared expert (Qwen2-MoE), absent otherwise
+  WeightView shared_gate;  // [1, n_embd]
+  FfnWeights dense;        // dense MLP of non-MoE layers
 };
 
 struct ModelWeights {
@@ -331,7 +338,8 @@ class Model {
 
   ModelConfig config_;
   TensorStore store_;
-  std::shared_ptr<const GgufTensors> gguf_;  // a model loaded from one .gguf file
+  std::shared_ptr<const PresentedTensors> presented_;  // made by the architecture from store_'s (gpt-oss)
+  std::shared_ptr<const GgufTensors> gguf_;            // a model loaded from one .gguf file
   std::string gguf_config_json_;
   std::shared_ptr<const PackManifest> gguf_experts_;  // its experts, when streamed in place
   ModelWeights weights_;

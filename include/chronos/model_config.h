@@ -22,6 +22,7 @@ enum class Arch {
   kDeepseekV2,
   kDeepseekV3,
   kGlm4MoeLite,
+  kGptOss,
 };
 
 enum class QkNorm {
@@ -67,6 +68,9 @@ struct LayerKind {
   AttentionKind attention = AttentionKind::kGqa;
   FfnKind ffn = FfnKind::kDense;
   RouterKind router = RouterKind::kSoftmaxTopK;  // MoE layers only
+  // A sliding-window layer's window (a query at q sees keys q - kv < window); 0: the model's
+  // sliding_window, if any (ModelConfig::attention_window).
+  int64_t window = 0;
   bool operator==(const LayerKind&) const = default;
 };
 const char* name_of(AttentionKind kind);
@@ -106,6 +110,7 @@ struct ModelConfig {
   // interpolation starts and ends, and the factor cos and sin are multiplied by.
   int64_t yarn_original_ctx = 0;
   float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  bool yarn_truncate = true;  // the ramp's ends rounded to whole dimensions (rope "truncate", gpt-oss: false)
   float rope_attn_factor = 1.0f;
   float attn_scale = 0.0f;  // the softmax's scale of q·k; 0: 1/sqrt(head_dim)
   // Multi-head latent attention (AttentionKind::kMla). head_dim is then the q/k head width
@@ -120,6 +125,15 @@ struct ModelConfig {
   bool attn_qkv_bias = false;
   QkNorm qk_norm = QkNorm::kNone;
   std::optional<float> clip_qkv;  // OLMoE
+  // gpt-oss: attention sinks (a learned logit per head in every softmax's denominator), an o_proj
+  // bias, a bias on the router's logits and on each expert's projections, and the clamped SwiGLU
+  // (gate clamped above and up on both sides at swiglu_limit, gate * sigmoid(alpha * gate) * (up + 1)).
+  bool attn_sinks = false;
+  bool attn_o_bias = false;
+  bool router_logit_bias = false;
+  bool expert_bias = false;
+  float swiglu_limit = 0.0f;  // 0: the plain SwiGLU
+  float swiglu_alpha = 1.702f;
   bool tie_word_embeddings = false;
   // FP8 block-scaled weights (quantization_config quant_method "fp8", as DeepSeek-V3/R1, Kimi-K2,
   // GLM-4.5 and MiniMax-M2 ship them): an F8_E4M3 matrix X.weight scaled by X.weight_scale_inv, one
@@ -139,6 +153,11 @@ struct ModelConfig {
   // Width of the heads' attention output, o_proj's input.
   int64_t attn_out_dim() const { return mla() ? n_head * v_head_dim : q_dim(); }
   float softmax_scale() const;
+  // The window of a layer's attention (its own, else sliding_window), 0 for full attention.
+  int64_t attention_window(int64_t layer) const {
+    const int64_t own = layers[size_t(layer)].window;
+    return own > 0 ? own : sliding_window.value_or(0);
+  }
   int64_t n_moe_layers() const;
   bool is_moe_layer(int64_t layer) const { return layers[size_t(layer)].ffn == FfnKind::kMoe; }
   const char* arch_name() const;

@@ -1,5 +1,6 @@
 // Self-attention on any device. Grouped-query (AttentionKind::kGqa): q/k/v projections (+bias,
-// +q/k norm, +clip), RoPE, KV store and causal attention (the device's attend), o_proj. Multi-head
+// +q/k norm, +clip), RoPE, KV store and causal attention (the device's attend; the layer's window
+// and sinks), o_proj (+bias). Multi-head
 // latent (AttentionKind::kMla): the query (through its low-rank path), the latent and the rotary
 // key, RoPE on the rotary parts, the absorbed attention over the latent cache (the device's
 // attend_latent), o_proj.
@@ -38,8 +39,9 @@ void Model::attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) c
   trace(dev, st, "q_rope", il, a.q, n * q_dim);
   // A row at position p sees its sequence's positions <= p (its batch's earlier rows included),
   // and with a sliding window W only the last W of them.
-  dev.attend(a.attn, a.q, a.k, a.v, il, c.sliding_window.value_or(0));
+  dev.attend(a.attn, a.q, a.k, a.v, il, c.attention_window(il), l.sinks);
   dev.project(a.ffn_out, a.attn, l.wo, n);  // [n, n_embd]
+  if (l.bo != nullptr) dev.add_bias(a.ffn_out, l.bo, n, c.n_embd);
 }
 
 namespace {

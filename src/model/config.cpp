@@ -69,10 +69,12 @@ void read_quantization(const json& j, ModelConfig& cfg) {
   const json& q = j["quantization_config"];
   if (!q.is_object()) throw_error("key 'quantization_config' is not an object");
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"] : "";
+  // MXFP4 (gpt-oss): the tensor store presents each *_blocks / *_scales pair as one MXFP4 tensor.
+  if (method == "mxfp4") return;
   if (method != "fp8")
     throw_error(
-        "quantization_config.quant_method '{}' is not supported (fp8 with weight_block_size is; for other types "
-        "convert the checkpoint to GGUF or pack it from bf16)",
+        "quantization_config.quant_method '{}' is not supported (fp8 with weight_block_size and mxfp4 are; for "
+        "other types convert the checkpoint to GGUF or pack it from bf16)",
         method);
   if (q.contains("fmt") && q["fmt"] != "e4m3")
     throw_error("quantization_config.fmt {} is not supported (e4m3)", q["fmt"].dump());
@@ -118,6 +120,7 @@ void read_rope(const json& j, ModelConfig& cfg) {
           cfg.n_ctx_train, cfg.yarn_original_ctx);
     cfg.yarn_beta_fast = float(json_number_or(*params, "beta_fast", 32.0));
     cfg.yarn_beta_slow = float(json_number_or(*params, "beta_slow", 1.0));
+    cfg.yarn_truncate = json_bool_or(*params, "truncate", true);
     if (!(cfg.yarn_beta_fast > 0.0f) || !(cfg.yarn_beta_slow > 0.0f))
       throw_error("rope_scaling: beta_fast and beta_slow must be positive");
     const double mscale = json_number_or(*params, "mscale", 0.0);

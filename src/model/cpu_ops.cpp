@@ -29,9 +29,9 @@ constexpr int64_t kMaxTaskWork = 1024;
 // One query over cached positions [first, last]: softmax(q·key * scale) · value, a position's key
 // the `key_width` floats at keys + pos * stride and its value the `value_width` floats at values +
 // pos * stride, computed block by block with a running max so no score buffer larger than a block
-// is needed (exact up to f32 rounding).
+// is needed (exact up to f32 rounding). sink, when not null: one more logit in the denominator.
 void attend_rows(float* out, const float* q, const float* keys, const float* values, int64_t stride, int64_t first,
-                 int64_t last, int64_t key_width, int64_t value_width, float scale) {
+                 int64_t last, int64_t key_width, int64_t value_width, float scale, const float* sink = nullptr) {
   constexpr int64_t kBlock = 128;
   float scores[kBlock];
   float running_max = -std::numeric_limits<float>::infinity();
@@ -55,8 +55,20 @@ void attend_rows(float* out, const float* q, const float* keys, const float* val
     ops::axpy_rows(out, scores, values + block * stride, stride, count, value_width);
     running_max = new_max;
   }
+  // exp(sink - max) may overflow to infinity: the weights then go to 0, their limit.
+  if (sink != nullptr) running_sum += std::exp(*sink - running_max);
   const float inv = 1.0f / running_sum;
   for (int64_t i = 0; i < value_width; ++i) out[i] *= inv;
+}
+
+// gpt-oss's expert activation: out = min(gate, limit) * sigmoid(alpha * min(gate, limit)) *
+// (clamp(up, -limit, limit) + 1). out may alias gate.
+void clamped_swiglu(float* out, const float* gate, const float* up, int64_t count, float limit, float alpha) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(-alpha * g)) * (u + 1.0f);
+  }
 }
 
 }  // namespace
@@ -108,7 +120,8 @@ void CpuOps::rope(float* x, int64_t heads, int64_t row_stride) {
   }
 }
 
-void CpuOps::attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) {
+void CpuOps::attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window,
+                    const float* sinks) {
   const int64_t hd = c_.head_dim, q_dim = c_.q_dim(), kv_dim = c_.kv_dim();
   CHRONOS_CHECK(kv_.key_width() == kv_dim && kv_.value_width() == kv_dim);
   for (int64_t t = 0; t < n_; ++t) {
@@ -127,7 +140,8 @@ void CpuOps::attend(float* out, const float* q, const float* k, const float* v, 
     const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
     const int64_t kv_head = (h / group) * hd;
     attend_rows(out + t * q_dim + h * hd, q + t * q_dim + h * hd, kv_.k(slot, layer, 0) + kv_head,
-                kv_.v(slot, layer, 0) + kv_head, kv_dim, first, last, hd, hd, scale);
+                kv_.v(slot, layer, 0) + kv_head, kv_dim, first, last, hd, hd, scale,
+                sinks != nullptr ? sinks + h : nullptr);
   });
 }
 
@@ -170,10 +184,21 @@ void CpuOps::gather_rows(float* dst, const float* src, std::span<const int32_t> 
 // Within a wave, work items are (expert, chunk of rows): one pool dispatch computes gate and up of
 // every expert of the wave, a second computes down, so small and large experts both spread over
 // threads.
-void CpuOps::expert_wave(int64_t, const MoePlan& plan, std::span<const int32_t> ids,
+void CpuOps::expert_wave(int64_t layer, const MoePlan& plan, std::span<const int32_t> ids,
                          std::span<const FfnWeights* const> views) {
   Model::Scratch& s = s_;
   const int64_t d = c_.n_embd, n_ff = c_.n_ff_expert;
+  const LayerViews& l = s.views.layers[size_t(layer)];
+  // Each computed expert's rows of `out` ([rows, width]) plus its row of `bias` ([n_expert, width]).
+  const auto add_expert_bias = [&](float* out, const float* bias, int64_t width) {
+    if (bias == nullptr) return;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (views[i] == nullptr) continue;
+      const int32_t e = ids[i];
+      for (int64_t r = plan.row_begin(e); r < plan.row_end(e); ++r)
+        ops::axpy(out + r * width, 1.0f, bias + e * width, width);
+    }
+  };
   const auto xq_of = [&](int32_t e) {
     return reinterpret_cast<uint8_t*>(s.expert_xq.data()) + s.expert_xq_at[size_t(e)];
   };
@@ -233,10 +258,16 @@ void CpuOps::expert_wave(int64_t, const MoePlan& plan, std::span<const int32_t> 
     else
       ops::matmul_rows(ff_up + r0 * n_ff, x, up, rows, item.row_begin, item.row_end);
   });
+  add_expert_bias(ff_gate, l.expert_gate_bias, n_ff);
+  add_expert_bias(ff_up, l.expert_up_bias, n_ff);
   // The wave's rows are contiguous: experts are grouped in index order and ids is ascending.
   const int64_t row_begin = plan.row_begin(ids.front()), row_end = plan.row_end(ids.back());
-  ops::silu_mul(ff_gate + row_begin * n_ff, ff_gate + row_begin * n_ff, ff_up + row_begin * n_ff,
-                (row_end - row_begin) * n_ff);
+  if (c_.swiglu_limit > 0.0f)
+    clamped_swiglu(ff_gate + row_begin * n_ff, ff_gate + row_begin * n_ff, ff_up + row_begin * n_ff,
+                   (row_end - row_begin) * n_ff, c_.swiglu_limit, c_.swiglu_alpha);
+  else
+    ops::silu_mul(ff_gate + row_begin * n_ff, ff_gate + row_begin * n_ff, ff_up + row_begin * n_ff,
+                  (row_end - row_begin) * n_ff);
   prepare(ff_gate, n_ff, &FfnWeights::down);  // the gate/up inputs are no longer needed
   build_items(d);
   pool_.run(std::ssize(s.items), [&](int64_t i) {
@@ -245,6 +276,7 @@ void CpuOps::expert_wave(int64_t, const MoePlan& plan, std::span<const int32_t> 
     ops::matmul_rows_prepared(ff_down + r0 * d, ff_gate + r0 * n_ff, xq_of(item.expert), item.weights->down, rows,
                               item.row_begin, item.row_end);
   });
+  add_expert_bias(ff_down, l.expert_down_bias, d);
 }
 
 // kernels/moe_combine.h's formula: each token's factors from combine_plan, its slots summed in

@@ -26,7 +26,8 @@ class CpuOps final : public DeviceOps {
   void add(float* y, const float* x, int64_t count) override;
   void silu_mul(float* out, const float* gate, const float* up, int64_t count) override;
   void rope(float* x, int64_t heads, int64_t row_stride) override;
-  void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) override;
+  void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window,
+              const float* sinks) override;
   void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) override;
   RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) override;
   void gather_rows(float* dst, const float* src, std::span<const int32_t> rows, int64_t width) override;

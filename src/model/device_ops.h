@@ -27,19 +27,26 @@ struct LayerViews {
   const float* bq = nullptr;  // [q_dim], [kv_dim] x2; all null without biases
   const float* bk = nullptr;
   const float* bv = nullptr;
+  const float* bo = nullptr;      // [n_embd] o_proj's bias, or null
+  const float* sinks = nullptr;   // [n_head] attention sinks, or null
   const float* q_norm = nullptr;  // [head_dim] (per head) or [q_dim] / [kv_dim] (full width)
   const float* k_norm = nullptr;
   WeightView wq_a, wq_b, wkv_a, wkv_b;  // multi-head latent attention (LayerWeights)
   const float* q_a_norm = nullptr;
   const float* kv_a_norm = nullptr;
-  const float* mla_uk = nullptr;        // [n_head, kv_lora_rank, qk_nope_dim]
-  const float* mla_uv = nullptr;        // [n_head, v_head_dim, kv_lora_rank]
-  WeightView router;                    // [n_expert, n_embd]
-  const float* router_bias = nullptr;   // [n_expert] a sigmoid router's selection bias, or null
-  std::span<const FfnWeights> experts;  // routed experts bound at load; empty when streamed
-  FfnWeights shared;                    // absent without a shared expert
-  WeightView shared_gate;               // [1, n_embd]
-  FfnWeights dense;                     // the FFN of a dense layer
+  const float* mla_uk = nullptr;             // [n_head, kv_lora_rank, qk_nope_dim]
+  const float* mla_uv = nullptr;             // [n_head, v_head_dim, kv_lora_rank]
+  WeightView router;                         // [n_expert, n_embd]
+  const float* router_bias = nullptr;        // [n_expert] a sigmoid router's selection bias, or null
+  const float* router_logit_bias = nullptr;  // [n_expert] added to the router's logits, or null
+  std::span<const FfnWeights> experts;       // routed experts bound at load; empty when streamed
+  // [n_expert, n_ff] x2, [n_expert, n_embd]: the experts' projection biases, or null.
+  const float* expert_gate_bias = nullptr;
+  const float* expert_up_bias = nullptr;
+  const float* expert_down_bias = nullptr;
+  FfnWeights shared;       // absent without a shared expert
+  WeightView shared_gate;  // [1, n_embd]
+  FfnWeights dense;        // the FFN of a dense layer
 };
 
 struct ModelViews {
@@ -118,8 +125,10 @@ class DeviceOps {
   virtual void rope(float* x, int64_t heads, int64_t row_stride) = 0;
   // Grouped-query attention of `layer`: stores k and v ([n, kv_dim]) at each row's position of its
   // sequence's slot, then out [n, q_dim] = each query head over its sequence's keys up to the row's
-  // position (the last `window` of them when window > 0).
-  virtual void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) = 0;
+  // position (the last `window` of them when window > 0). sinks [n_head], when not null: head h's
+  // softmax has one more logit, sinks[h], in its denominator and no value (gpt-oss).
+  virtual void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window,
+                      const float* sinks) = 0;
   // Multi-head latent attention of `layer`, absorbed: stores each row's latent [n, kv_lora_rank]
   // and rotary key [n, qk_rope_dim] at its position of its sequence's slot; then per head h,
   // q [n, n_head * head_dim] split into [q_nope | q_rot], the query [mla_uk,h q_nope | q_rot] scores

@@ -19,15 +19,22 @@ void rope_tables(const ModelConfig& c, int64_t n_ctx, std::vector<float>& cos, s
   sin.resize(size_t(n_ctx * half));
   // YaRN: frequencies that turn fewer than beta_slow times over the trained context are
   // interpolated (divided by the factor), those that turn more than beta_fast times are kept, with a
-  // linear ramp between (transformers' _compute_yarn_parameters, truncated to whole dimensions).
+  // linear ramp between (transformers' _compute_yarn_parameters, its ends rounded out to whole
+  // dimensions unless the config says truncate: false).
   float ramp_low = 0.0f, ramp_high = 0.0f;
   if (c.rope_type == RopeType::kYarn) {
-    const auto correction_dim = [&](float rotations) {
-      return float(c.n_rot) * std::log(float(c.yarn_original_ctx) / (rotations * 2.0f * float(M_PI))) /
-             (2.0f * std::log(c.rope_theta));
+    const auto correction_dim = [&](float rotations) {  // in double, as Python computes it
+      return float(double(c.n_rot) * std::log(double(c.yarn_original_ctx) / (double(rotations) * 2.0 * M_PI)) /
+                   (2.0 * std::log(double(c.rope_theta))));
     };
-    ramp_low = std::max(std::floor(correction_dim(c.yarn_beta_fast)), 0.0f);
-    ramp_high = std::min(std::ceil(correction_dim(c.yarn_beta_slow)), float(c.n_rot - 1));
+    ramp_low = correction_dim(c.yarn_beta_fast);
+    ramp_high = correction_dim(c.yarn_beta_slow);
+    if (c.yarn_truncate) {
+      ramp_low = std::floor(ramp_low);
+      ramp_high = std::ceil(ramp_high);
+    }
+    ramp_low = std::max(ramp_low, 0.0f);
+    ramp_high = std::min(ramp_high, float(c.n_rot - 1));
     if (ramp_low == ramp_high) ramp_high += 0.001f;
   }
   for (int64_t i = 0; i < half; ++i) {
@@ -68,6 +75,8 @@ ModelViews host_views(const ModelWeights& w) {
                                       data(l.bq),
                                       data(l.bk),
                                       data(l.bv),
+                                      data(l.bo),
+                                      data(l.sinks),
                                       data(l.q_norm),
                                       data(l.k_norm),
                                       l.wq_a,
@@ -80,7 +89,11 @@ ModelViews host_views(const ModelWeights& w) {
                                       data(l.mla_uv),
                                       l.router,
                                       data(l.router_bias),
+                                      data(l.router_logit_bias),
                                       l.experts,
+                                      data(l.expert_gate_bias),
+                                      data(l.expert_up_bias),
+                                      data(l.expert_down_bias),
                                       l.shared,
                                       l.shared_gate,
                                       l.dense});

@@ -14,6 +14,7 @@ void Model::moe(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const {
   // Route: the layer's router kind from the logits to each row's experts, weights and scores (on the
   // host: which experts to acquire is a host decision).
   dev.project(a.router, a.xn, l.router, n);  // [n, n_expert]
+  if (l.router_logit_bias != nullptr) dev.add_bias(a.router, l.router_logit_bias, n, c.n_expert);
   const RoutedRows routed =
       dev.route(c.layers[size_t(il)].router, l.router_bias, n, st.hooks->route || st.hooks->trace);
   plan.route(il, n, routed.ids, routed.weights, routed.scores, st.hooks->route, st.row_seqs.data());

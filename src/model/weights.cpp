@@ -45,6 +45,12 @@ std::vector<float>& vector_slot(LayerWeights& l, TensorRole role) {
     case TensorRole::kAttnQBias: return l.bq;
     case TensorRole::kAttnKBias: return l.bk;
     case TensorRole::kAttnVBias: return l.bv;
+    case TensorRole::kAttnOBias: return l.bo;
+    case TensorRole::kAttnSinks: return l.sinks;
+    case TensorRole::kRouterLogitBias: return l.router_logit_bias;
+    case TensorRole::kExpertGateBias: return l.expert_gate_bias;
+    case TensorRole::kExpertUpBias: return l.expert_up_bias;
+    case TensorRole::kExpertDownBias: return l.expert_down_bias;
     case TensorRole::kAttnQNorm: return l.q_norm;
     case TensorRole::kAttnKNorm: return l.k_norm;
     case TensorRole::kRouterBias: return l.router_bias;
@@ -90,6 +96,12 @@ bool is_vector_role(TensorRole role) {
     case TensorRole::kAttnQBias:
     case TensorRole::kAttnKBias:
     case TensorRole::kAttnVBias:
+    case TensorRole::kAttnOBias:
+    case TensorRole::kAttnSinks:
+    case TensorRole::kRouterLogitBias:
+    case TensorRole::kExpertGateBias:
+    case TensorRole::kExpertUpBias:
+    case TensorRole::kExpertDownBias:
     case TensorRole::kAttnQNorm:
     case TensorRole::kAttnKNorm:
     case TensorRole::kRouterBias:
@@ -247,7 +259,17 @@ int64_t FfnWeights::n_bytes() const {
 
 Model::~Model() = default;
 
-std::vector<const TensorInfo*> Model::all_tensors() const { return gguf_ ? gguf_->all() : store_.all(); }
+std::vector<const TensorInfo*> Model::all_tensors() const {
+  if (gguf_) return gguf_->all();
+  std::vector<const TensorInfo*> out = store_.all();
+  if (!presented_) return out;
+  std::erase_if(out, [&](const TensorInfo* t) {
+    return std::find(presented_->consumed.begin(), presented_->consumed.end(), t->name) != presented_->consumed.end();
+  });
+  for (const auto& t : presented_->tensors) out.push_back(&t->info);
+  std::sort(out.begin(), out.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->name < b->name; });
+  return out;
+}
 
 const GgufFile* Model::gguf_file() const { return gguf_ ? gguf_->file.get() : nullptr; }
 
@@ -276,7 +298,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   if (!gguf) model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
   const TensorStore& store = model->store_;
   const GgufTensors* gguf_tensors = model->gguf_.get();
-  const auto find = [&](std::string_view name) {
+  // Tensors the architecture makes from the checkpoint's own (arch.h), found before the stored ones.
+  std::map<std::string, const TensorInfo*, std::less<>> presented;
+  if (const auto present = arch_spec(c.arch).present; present != nullptr && !gguf) {
+    model->presented_ = std::make_shared<const PresentedTensors>(present(store, c, dir.string()));
+    for (const auto& t : model->presented_->tensors) presented.emplace(t->info.name, &t->info);
+  }
+  const auto find = [&](std::string_view name) -> const TensorInfo* {
+    if (const auto it = presented.find(name); it != presented.end()) return it->second;
     return gguf_tensors != nullptr ? gguf_tensors->find(name) : store.find(name);
   };
   const auto quantized = gguf ? std::map<std::string, QuantizedTensor, std::less<>>{}
@@ -401,6 +430,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   }
   if (c.mla())
     for (LayerWeights& layer : w.layers) split_kv_b(c, layer);
+  if (model->presented_)
+    for (const std::string& name : model->presented_->consumed) used.insert(name);
   if (c.tie_word_embeddings) {
     w.output = w.tok_embd;
     if (find("lm_head.weight") != nullptr) used.insert("lm_head.weight");

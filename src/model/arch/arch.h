@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "chronos/model_config.h"
+#include "chronos/safetensors.h"
 
 namespace chronos {
 
@@ -36,12 +37,18 @@ enum class TensorRole {
   kAttnKvA,      // kv_a_proj_with_mqa [kv_lora_rank + qk_rope_dim, n_embd]
   kAttnKvANorm,  // kv_a_layernorm [kv_lora_rank]
   kAttnKvB,      // kv_b_proj [n_head * (qk_nope_dim + v_head_dim), kv_lora_rank]
+  kAttnOBias,    // o_proj.bias [n_embd]
+  kAttnSinks,    // gpt-oss: one sink logit per head [n_head]
   kFfnNorm,
   kRouter,
-  kRouterBias,  // the selection bias of a sigmoid router (e_score_correction_bias)
+  kRouterBias,       // the selection bias of a sigmoid router (e_score_correction_bias)
+  kRouterLogitBias,  // gpt-oss: the router's linear bias, added to its logits [n_expert]
   kExpertGate,
   kExpertUp,
   kExpertDown,
+  kExpertGateBias,  // gpt-oss: every expert's projection biases, [n_expert, n_ff] or [n_expert, n_embd]
+  kExpertUpBias,
+  kExpertDownBias,
   kSharedGate,
   kSharedUp,
   kSharedDown,
@@ -57,6 +64,18 @@ struct TensorSpec {
   int64_t expert = -1;  // routed expert index, -1 otherwise
   std::string name;     // checkpoint name
   std::vector<int64_t> shape;
+};
+
+// Tensors an architecture makes from a checkpoint's own before they are bound (gpt-oss's fused
+// experts, split per expert): each a copy in `bytes`, or a slice whose data points into the stored
+// tensor. `consumed` names the stored tensors they replace.
+struct PresentedTensor {
+  TensorInfo info;
+  std::vector<std::byte> bytes;
+};
+struct PresentedTensors {
+  std::vector<std::unique_ptr<PresentedTensor>> tensors;
+  std::vector<std::string> consumed;
 };
 
 // What the common part of config_json_from_gguf (gguf_config.cpp) found in a GGUF file, for the
@@ -116,6 +135,9 @@ struct ArchSpec {
   // sizes other tensors too and widening is refused.
   const char* expert_ffn_key;
   double partial_rotary_default = 1.0;  // the rotary share of a head when config.json does not say
+  // Tensors made from a safetensors checkpoint's own before binding (null: none); `source` names the
+  // checkpoint in errors. A pack stores what it made under their names, so it finds none to make.
+  PresentedTensors (*present)(const TensorStore& store, const ModelConfig& config, const std::string& source) = nullptr;
 };
 
 const ArchSpec& arch_mixtral();
@@ -127,6 +149,7 @@ const ArchSpec& arch_minimax_m2();
 const ArchSpec& arch_deepseek_v2();
 const ArchSpec& arch_deepseek_v3();
 const ArchSpec& arch_glm4_moe_lite();
+const ArchSpec& arch_gpt_oss();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();

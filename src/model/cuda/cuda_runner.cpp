@@ -125,7 +125,9 @@ class CudaOps final : public DeviceOps {
                  r.pos0, cfg_.rope_interleaved, stream_);
   }
 
-  void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window) override {
+  void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window,
+              const float* sinks) override {
+    CHRONOS_CHECK_MSG(sinks == nullptr, "attention sinks on CUDA (make_cuda_runner refuses such models)");
     const int64_t q_dim = cfg_.q_dim(), kv_dim = cfg_.kv_dim();
     for (const Run& r : runs_) {
       float* kc = kv_->k(r.slot, layer, 0);
@@ -548,6 +550,12 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backe
   CHRONOS_CHECK(n_ctx > 0 && batch > 0 && n_seq > 0);
   if (model.experts_streamed() && hooks.experts == nullptr)
     throw_error("a pack folder's experts need an expert streamer");
+  const ModelConfig& c = model.config();
+  if (c.attn_sinks || c.attn_o_bias || c.router_logit_bias || c.expert_bias || c.swiglu_limit > 0.0f)
+    throw_error(
+        "the CUDA runner does not run {} models yet (attention sinks, biased experts, the clamped SwiGLU); "
+        "run it on the CPU",
+        c.arch_name());
   return std::make_unique<CudaRunner>(model, *cuda, n_ctx, batch, std::move(hooks), n_seq);
 }
 
