@@ -169,7 +169,8 @@ TEST_P(BatchGenerate, EveryRequestGetsWhatItGetsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchGenerate,
-                         ::testing::Values("mixtral-f32", "qwen2_moe-f32", "glm4_moe-f32", "deepseek_v3-f32"));
+                         ::testing::Values("mixtral-f32", "qwen2_moe-f32", "glm4_moe-f32", "deepseek_v3-f32",
+                                           "gpt_oss-f32"));
 
 TEST_F(BatchGenerate, StreamedInWaitModeEqualsResidentAlone) {
   const fs::path dir = fixture("qwen2_moe-f32");
