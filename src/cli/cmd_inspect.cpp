@@ -19,6 +19,19 @@
 namespace chronos::cli {
 namespace {
 
+// ", window W on N of M layers" (or on every layer), or nothing for full attention everywhere.
+std::string windows_text(const ModelConfig& c) {
+  int64_t windowed = 0, window = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (const int64_t w = c.attention_window(il); w > 0) {
+      ++windowed;
+      window = std::max(window, w);
+    }
+  if (windowed == 0) return "";
+  if (windowed == c.n_layer) return fmt::format(", window {}", window);
+  return fmt::format(", window {} on {} of {} layers", window, windowed, c.n_layer);
+}
+
 struct InspectArgs {
   std::string model;
   std::string positional;
@@ -253,19 +266,23 @@ int run_inspect(const InspectArgs& args) {
   fmt::print("model            {}\n", dir.string());
   fmt::print("architecture     {} ({})\n", c.arch_name(), c.model_type);
   fmt::print("layers           {} ({} MoE, {} dense)\n", c.n_layer, c.n_moe_layers(), c.n_layer - c.n_moe_layers());
-  fmt::print("experts          {} routed per MoE layer, top-{}{}, expert FFN {}{}\n", c.n_expert, c.n_expert_used,
-             c.norm_topk_prob ? " (renormalized)" : "", c.n_ff_expert,
-             c.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.n_ff_shared) : "");
+  fmt::print(
+      "experts          {} routed per MoE layer, top-{}{}, expert FFN {}{}{}{}\n", c.n_expert, c.n_expert_used,
+      c.norm_topk_prob ? " (renormalized)" : "", c.n_ff_expert,
+      c.n_ff_shared > 0 ? fmt::format(", shared expert FFN {}", c.n_ff_shared) : "", c.expert_bias ? ", biases" : "",
+      c.swiglu_limit > 0.0f ? fmt::format(", SwiGLU clamped at {} (alpha {})", c.swiglu_limit, c.swiglu_alpha) : "");
   if (c.mla())
     fmt::print("attention        {}: hidden {}, {} heads, q/k head {} ({} rotary), v head {}, latent {}{}\n",
                fmt::join(kinds.attention, ", "), c.n_embd, c.n_head, c.head_dim, c.n_rot, c.v_head_dim, c.kv_lora_rank,
                c.q_lora_rank > 0 ? fmt::format(", query rank {}", c.q_lora_rank) : "");
   else
-    fmt::print("attention        {}: hidden {}, {} heads, {} kv heads, head_dim {}{}{}\n",
+    fmt::print("attention        {}: hidden {}, {} heads, {} kv heads, head_dim {}{}{}{}{}\n",
                fmt::join(kinds.attention, ", "), c.n_embd, c.n_head, c.n_head_kv, c.head_dim,
-               c.n_rot < c.head_dim ? fmt::format(" ({} rotary)", c.n_rot) : "", c.attn_qkv_bias ? ", q/k/v bias" : "");
+               c.n_rot < c.head_dim ? fmt::format(" ({} rotary)", c.n_rot) : "",
+               c.attn_qkv_bias ? (c.attn_o_bias ? ", q/k/v/o bias" : ", q/k/v bias") : "",
+               c.attn_sinks ? ", sinks" : "", windows_text(c));
   if (!kinds.router.empty())
-    fmt::print("router           {}{}{}\n", fmt::join(kinds.router, ", "),
+    fmt::print("router           {}{}{}{}\n", fmt::join(kinds.router, ", "), c.router_logit_bias ? " (logit bias)" : "",
                c.n_group > 1 ? fmt::format(", top-{} of {} groups", c.topk_group, c.n_group) : "",
                c.routed_scaling != 1.0f ? fmt::format(", weights x{}", c.routed_scaling) : "");
   if (c.mla())

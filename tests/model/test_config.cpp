@@ -236,6 +236,68 @@ TEST_F(ConfigTest, Glm4MoeGroupsThatDoNotAgreeNameTheKey) {
   }
 }
 
+json gpt_oss_20b() {  // openai/gpt-oss-20b's config.json as released (the layer types written out below)
+  json j = json::parse(R"({
+    "architectures": ["GptOssForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+    "intermediate_size": 2880, "max_position_embeddings": 131072, "model_type": "gpt_oss",
+    "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+    "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": false,
+    "pad_token_id": 199999,
+    "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                            "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                     "rope_type": "yarn", "truncate": false},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+    "tie_word_embeddings": false, "use_cache": true, "vocab_size": 201088})");
+  for (int i = 0; i < 24; ++i) j["layer_types"].push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  return j;
+}
+
+TEST_F(ConfigTest, GptOss20bAsReleased) {
+  const ModelConfig c = load(gpt_oss_20b());
+  EXPECT_EQ(c.arch, Arch::kGptOss);
+  EXPECT_EQ(c.n_expert, 32);
+  EXPECT_EQ(c.n_expert_used, 4);
+  EXPECT_EQ(c.n_ff_expert, 2880);
+  EXPECT_EQ(c.q_dim(), 4096);  // != hidden_size
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_TRUE(c.attn_qkv_bias && c.attn_o_bias && c.attn_sinks && c.router_logit_bias && c.expert_bias);
+  EXPECT_FLOAT_EQ(c.swiglu_limit, 7.0f);
+  EXPECT_FLOAT_EQ(c.swiglu_alpha, 1.702f);
+  EXPECT_EQ(c.rope_type, RopeType::kYarn);
+  EXPECT_FALSE(c.yarn_truncate);
+  EXPECT_EQ(c.yarn_original_ctx, 4096);
+  EXPECT_NEAR(c.rope_attn_factor, 0.1 * std::log(32.0) + 1.0, 1e-6);
+  EXPECT_EQ(c.attention_window(0), 128);
+  EXPECT_EQ(c.attention_window(1), 0);
+  EXPECT_EQ(c.attention_window(22), 128);
+  EXPECT_EQ(c.attention_window(23), 0);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{200002});
+}
+
+TEST_F(ConfigTest, GptOssRefusalsNameTheKey) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"layer_types", json::array({"full_attention"})}}, "key 'layer_types' must list num_hidden_layers = 24"},
+      {{{"sliding_window", nullptr}}, "layer 0 is sliding_attention but key 'sliding_window' is not set"},
+      {{{"sliding_window", -4}}, "key 'sliding_window' must not be negative"},
+      {{{"swiglu_limit", 0.0}}, "key 'swiglu_limit' must be positive"},
+      {{{"quantization_config", {{"quant_method", "awq"}}}}, "quant_method 'awq' is not supported"},
+  };
+  for (const auto& [patch, want] : cases) {
+    json j = gpt_oss_20b();
+    j.update(patch);
+    const std::string message = error_of(j);
+    EXPECT_NE(message.find(want), std::string::npos) << patch.dump() << " -> " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+  json odd = gpt_oss_20b();
+  odd["layer_types"][3] = "chunked_attention";
+  EXPECT_NE(error_of(odd).find("layer 3 is \"chunked_attention\""), std::string::npos) << error_of(odd);
+}
+
 json deepseek_v3() {  // the shapes of tests/fixtures/models/deepseek_v3-f32
   return {{"model_type", "deepseek_v3"},
           {"hidden_size", 64},

@@ -195,9 +195,8 @@ constexpr GgufNames kGgufNames{"mlp.router.weight", "mlp.experts", "gate_proj", 
 }  // namespace
 
 const ArchSpec& arch_gpt_oss() {
-  static const ArchSpec spec{Arch::kGptOss, "gpt_oss",   "gpt-oss",  read_config, tensor_table,
-                             "gpt-oss",     gguf_config, kGgufNames, nullptr,     1.0,
-                             present};
+  static const ArchSpec spec{Arch::kGptOss, "gpt_oss",  "gpt-oss", read_config, tensor_table, "gpt-oss",
+                             gguf_config,   kGgufNames, nullptr,   1.0,         present};
   return spec;
 }
 
