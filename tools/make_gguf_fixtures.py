@@ -88,13 +88,13 @@ ARCHS = {"mixtral": gguf.MODEL_ARCH.LLAMA, "qwen2_moe": gguf.MODEL_ARCH.QWEN2MOE
          "qwen3_moe": gguf.MODEL_ARCH.QWEN3MOE, "olmoe": gguf.MODEL_ARCH.OLMOE,
          "glm4_moe": gguf.MODEL_ARCH.GLM4_MOE, "minimax_m2": gguf.MODEL_ARCH.MINIMAXM2,
          "deepseek_v2": gguf.MODEL_ARCH.DEEPSEEK2, "deepseek_v3": gguf.MODEL_ARCH.DEEPSEEK2,
-         "glm4_moe_lite": gguf.MODEL_ARCH.DEEPSEEK2}
+         "glm4_moe_lite": gguf.MODEL_ARCH.DEEPSEEK2, "gpt_oss": gguf.MODEL_ARCH.GPT_OSS}
 # The fixtures: (checkpoint: models/NAME-f32, type), written to NAME-TYPE.gguf. About 10 MB in all.
 MODEL_FIXTURES = [("mixtral", "f32"), ("qwen2_moe", "f32"), ("mixtral", "q8_0"), ("qwen2_moe", "q8_0"),
                   ("qwen3_moe", "q8_0"), ("olmoe", "q8_0"), ("qwen3_moe", "f16"), ("olmoe", "q4_k"),
                   ("mixtral", "q4_k_m"), ("glm4_moe", "f32"), ("minimax_m2", "f32"),
-                  ("deepseek_v3", "f32"), ("deepseek_v2", "f32"), ("glm4_moe_lite", "f32")]
-FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32, "mixed": 19}
+                  ("deepseek_v3", "f32"), ("deepseek_v2", "f32"), ("glm4_moe_lite", "f32"), ("gpt_oss", "mxfp4")]
+FILE_TYPES = {"f32": 0, "f16": 1, "q8_0": 7, "q4_k": 15, "q4_k_m": 15, "bf16": 32, "mixed": 19, "mxfp4": 38}
 # llama_ftype (15: MOSTLY_Q4_K_M, 32: MOSTLY_BF16, 19: MOSTLY_IQ2_XXS, the type of most expert bytes of mixed-types.gguf)
 
 
@@ -371,6 +371,11 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
         writer.add_expert_feed_forward_length(cfg["intermediate_size"])
         writer.add_rope_dimension_count(int(head_dim * rotary))
         writer.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if model_type == "gpt_oss":  # GptOssModel.set_gguf_parameters
+        writer.add_expert_feed_forward_length(cfg["intermediate_size"])
+        writer.add_sliding_window(cfg["sliding_window"])
+        if cfg.get("swiglu_limit", 7.0) != 7.0:  # llama.cpp assumes the released 7; the fixture's is lower
+            writer.add_swiglu_clamp_exp([cfg["swiglu_limit"]] * n_layer)
     if model_type == "olmoe" and cfg.get("clip_qkv"):
         writer.add_clamp_kqv(cfg["clip_qkv"])
     if deepseek:
@@ -393,6 +398,13 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
                 part_name = names.get_name(name.replace("kv_b_proj", part), try_suffixes=(".weight",))
                 writer.add_tensor(part_name, part_array,
                                   raw_dtype=ggml_type(part_type) if part_type not in ("F32", "F16") else None)
+            continue
+        if ".experts." in name and name.endswith("_proj_bias"):  # gpt-oss: [experts, rows] per projection
+            layer, kind = int(name.split(".")[2]), name.split(".")[-1].replace("_proj_bias", "")
+            writer.add_tensor(f"blk.{layer}.ffn_{kind}_exps.bias", array.astype(np.float32))
+            continue
+        if name.endswith("self_attn.sinks"):  # GptOssModel: the sinks get the .weight suffix
+            writer.add_tensor(f"blk.{name.split('.')[2]}.attn_sinks.weight", array.astype(np.float32))
             continue
         if ".experts." in name:  # routed experts: stacked per layer and projection
             parts = name.split(".")
@@ -458,7 +470,14 @@ def write_model_fixtures(out: pathlib.Path, chronos: pathlib.Path, only=None) ->
             if only and f"{model_type}-{file_type}" not in only:
                 continue
             source = models / f"{model_type}-f32"
-            if file_type == "f32":
+            if file_type == "mxfp4":  # the released checkpoint's MXFP4 experts as a pack keeps them
+                source = models / f"{model_type}-mxfp4"
+                pack = pathlib.Path(work) / f"{model_type}-{file_type}"
+                subprocess.run([str(chronos), "pack", "-m", str(source), "-o", str(pack), "--cluster", "none"],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                tensors = Checkpoint.from_pack(pack, expert_names_of(model_type))
+                shutil.rmtree(pack)
+            elif file_type == "f32":
                 tensors = Checkpoint(source)
             elif file_type == "q4_k_m":
                 tensors = packed_tensors(chronos, source, work, model_type, "q4_k")

@@ -33,6 +33,8 @@ constexpr LayerName kLayerNames[] = {
     {"attn_q.bias", "self_attn.q_proj.bias"},
     {"attn_k.bias", "self_attn.k_proj.bias"},
     {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},  // gpt-oss
+    {"attn_sinks.weight", "self_attn.sinks"},
     {"attn_q_norm.weight", "self_attn.q_norm.weight"},
     {"attn_k_norm.weight", "self_attn.k_norm.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
@@ -174,6 +176,22 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
       for (int64_t e = 0; e < c.n_expert; ++e)
         add(t, fmt::format("{}{}.{}.{}.weight", prefix, experts, e, expert_proj[proj]), {t.shape[1], t.shape[2]},
             t.data + e * expert_bytes, expert_bytes, t.dtype);
+      continue;
+    }
+    if (rest == "ffn_gate_exps.bias" || rest == "ffn_up_exps.bias" || rest == "ffn_down_exps.bias") {
+      // gpt-oss: every expert's projection bias, [n_expert, rows]; kept resident in f32.
+      const int proj = rest == "ffn_gate_exps.bias" ? 0 : rest == "ffn_up_exps.bias" ? 1 : 2;
+      if (t.shape.size() != 2 || t.shape[0] != c.n_expert)
+        throw_error("{}: tensor {}: shape [{}], expected [{}, rows] (one bias per expert)", path, t.name,
+                    fmt::join(t.shape, ", "), c.n_expert);
+      add_owned(t, fmt::format("{}{}.{}_bias", prefix, experts, expert_proj[proj]), t.shape, as_f32(t, t.shape),
+                DType::kF32);
+      continue;
+    }
+    if (rest == "ffn_gate_inp.bias" && names.router_logit_bias != nullptr) {  // gpt-oss's router bias, f32
+      if (t.shape.size() != 1 || t.shape[0] != c.n_expert)
+        throw_error("{}: tensor {}: shape [{}], expected [{}]", path, t.name, fmt::join(t.shape, ", "), c.n_expert);
+      add_owned(t, prefix + names.router_logit_bias, t.shape, as_f32(t, t.shape), DType::kF32);
       continue;
     }
     if (rest == "ffn_gate_inp.weight") {  // the router, f32 as the reference keeps it

@@ -227,6 +227,26 @@ TEST_F(GgufStream, WaitModeEqualsResidentAtOneAndTwoSlotsUnderEveryPolicy) {
   }
 }
 
+// gpt-oss's MXFP4 file streamed in place: the experts' biases stay resident beside the dense part,
+// and wait mode at one and two slots gives the resident logits bit for bit.
+TEST_F(GgufStream, GptOssStreamsItsMxfp4ExpertsInPlace) {
+  const fs::path file = gguf_fixture("gpt_oss-mxfp4");
+  const RunResult resident = run(file, nullptr);
+  const auto streamed_model = Model::load(file, {.stream_gguf_experts = true});
+  int64_t slot = 0;
+  for (const auto& [key, e] : streamed_model->gguf_experts()->experts) slot = std::max(slot, e.bytes);
+  EXPECT_FALSE(streamed_model->weights().layers[0].expert_down_bias.empty());
+  for (const int64_t slots : {1, 2}) {
+    StreamerOptions options;
+    options.budget_bytes = slots * slot;
+    const RunResult streamed = run(file, &options);
+    EXPECT_EQ(streamed.tokens, resident.tokens);
+    EXPECT_TRUE(streamed.logits == resident.logits) << "a logit differs from the resident run at " << slots;
+    EXPECT_GT(streamed.stats.misses, 0);
+    EXPECT_EQ(streamed.stats.fallbacks, 0);
+  }
+}
+
 // Fallback never waits: with every read late it leaves experts out and counts them. Low-bit copies
 // do not exist in a GGUF file: refused, saying what to do.
 TEST_F(GgufStream, FallbackCountsItsMissesAndLowbitIsRefused) {

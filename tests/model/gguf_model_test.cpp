@@ -78,9 +78,21 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b, bool same_ar
   EXPECT_EQ(a.rope_factor, b.rope_factor);
   EXPECT_EQ(a.yarn_original_ctx, b.yarn_original_ctx);
   EXPECT_FLOAT_EQ(a.softmax_scale(), b.softmax_scale());
+  EXPECT_EQ(a.yarn_truncate, b.yarn_truncate);
+  EXPECT_EQ(a.attn_o_bias, b.attn_o_bias);
+  EXPECT_EQ(a.attn_sinks, b.attn_sinks);
+  EXPECT_EQ(a.router_logit_bias, b.router_logit_bias);
+  EXPECT_EQ(a.expert_bias, b.expert_bias);
+  EXPECT_EQ(a.swiglu_limit, b.swiglu_limit);
+  EXPECT_EQ(a.swiglu_alpha, b.swiglu_alpha);
 }
 
 class GgufModel : public ::testing::TestWithParam<std::string> {};
+
+// A parameter names the checkpoint and its file: "mixtral" is mixtral-f32, "gpt_oss-mxfp4" itself.
+std::string fixture_of(const std::string& param) {
+  return param.find('-') == std::string::npos ? param + "-f32" : param;
+}
 
 // The checkpoint as its GGUF file states it. deepseek2 files keep YaRN's mscale_all_dim only (as
 // yarn_log_multiplier) and llama.cpp takes mscale to equal it, as every released DeepSeek config
@@ -102,22 +114,23 @@ fs::path reference_checkpoint(const std::string& name, const fs::path& scratch) 
   return copy;
 }
 
-// f32 files hold the checkpoint's values: every logit equal.
+// f32 files (and gpt-oss's MXFP4 one, its blocks as stored) hold the checkpoint's values: every logit
+// equal.
 TEST_P(GgufModel, F32LogitsEqualTheSafetensorsCheckpoint) {
   const fs::path scratch = fs::temp_directory_path() / ("chronos_gguf_reference_" + std::to_string(::getpid()));
   struct Cleanup {
     fs::path path;
     ~Cleanup() { fs::remove_all(path); }
   } cleanup{scratch};
-  const auto gguf = Model::load(gguf_fixture(GetParam() + "-f32"));
-  const auto reference = Model::load(reference_checkpoint(GetParam() + "-f32", scratch));
+  const auto gguf = Model::load(gguf_fixture(fixture_of(GetParam())));
+  const auto reference = Model::load(reference_checkpoint(fixture_of(GetParam()), scratch));
   // GLM-4.7-Flash's deepseek2 file is DeepSeek-V3's model (llama.cpp makes no difference either).
   const bool lite = GetParam() == "glm4_moe_lite";
   if (lite) {
     EXPECT_EQ(gguf->config().arch, Arch::kDeepseekV3);
   }
   expect_same_config(gguf->config(), reference->config(), !lite);
-  EXPECT_EQ(ModelConfig::load(gguf_fixture(GetParam() + "-f32")).n_layer, reference->config().n_layer);
+  EXPECT_EQ(ModelConfig::load(gguf_fixture(fixture_of(GetParam()))).n_layer, reference->config().n_layer);
   EXPECT_EQ(gguf->sizes().expert_bytes, reference->sizes().expert_bytes);
   EXPECT_EQ(gguf->sizes().dense_bytes, reference->sizes().dense_bytes);
   const auto a = logits(*gguf);
@@ -132,10 +145,17 @@ TEST_P(GgufModel, F32LogitsEqualTheSafetensorsCheckpoint) {
 // Mixtral-named experts, rotary_dim as rope.dimension_count. deepseek_v3 / deepseek_v2: deepseek2
 // files (sigmoid or softmax gating, MLA's sizes in the *_mla keys, kv_b_proj split into attn_k_b
 // and attn_v_b, YaRN's mscale as yarn_log_multiplier). glm4_moe_lite: a deepseek2 file with a NextN
-// block after its layers, as llama.cpp writes GLM-4.7-Flash.
+// block after its layers, as llama.cpp writes GLM-4.7-Flash. gpt_oss-mxfp4: the released layout
+// (MXFP4 experts, split gate and up, their biases as ffn_*_exps.bias, attn_sinks, the router's bias
+// as ffn_gate_inp.bias, the window as attention.sliding_window), from the MXFP4 checkpoint.
 INSTANTIATE_TEST_SUITE_P(Archs, GgufModel,
                          ::testing::Values("mixtral", "qwen2_moe", "glm4_moe", "minimax_m2", "deepseek_v3",
-                                           "deepseek_v2", "glm4_moe_lite"));
+                                           "deepseek_v2", "glm4_moe_lite", "gpt_oss-mxfp4"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // The un-permuted Q/K rows of the llama architecture are the checkpoint's rows, byte for byte; the
 // stacked experts are views of the file, split per expert.

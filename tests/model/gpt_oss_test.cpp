@@ -28,9 +28,8 @@ const fs::path kModels = fs::path(CHRONOS_TEST_DATA_DIR) / "models";
 class BrokenCheckpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("chronos_gpt_oss_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("chronos_gpt_oss_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -60,8 +59,8 @@ class BrokenCheckpoint : public ::testing::Test {
 };
 
 TEST_F(BrokenCheckpoint, AMissingFusedTensorIsNamed) {
-  const std::string message = load_error(
-      "gpt_oss-f32", [](const TensorInfo& t) { return t.name != "model.layers.1.mlp.experts.down_proj"; });
+  const std::string message =
+      load_error("gpt_oss-f32", [](const TensorInfo& t) { return t.name != "model.layers.1.mlp.experts.down_proj"; });
   EXPECT_NE(message.find("tensor model.layers.1.mlp.experts.down_proj is missing"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos);
 }
@@ -79,9 +78,8 @@ TEST_F(BrokenCheckpoint, AFusedTensorOfTheWrongShapeIsNamed) {
 }
 
 TEST_F(BrokenCheckpoint, AMissingBiasOfAnMxfp4CheckpointIsNamed) {
-  const std::string message = load_error("gpt_oss-mxfp4", [](const TensorInfo& t) {
-    return t.name != "model.layers.2.mlp.experts.gate_up_proj_bias";
-  });
+  const std::string message = load_error(
+      "gpt_oss-mxfp4", [](const TensorInfo& t) { return t.name != "model.layers.2.mlp.experts.gate_up_proj_bias"; });
   EXPECT_NE(message.find("tensor model.layers.2.mlp.experts.gate_up_proj_bias is missing"), std::string::npos)
       << message;
 }

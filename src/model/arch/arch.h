@@ -114,6 +114,7 @@ struct GgufNames {
   bool permuted_qk = false;                  // llama.cpp's converter interleaved Q/K rotary halves (llama)
   const char* shared = "mlp.shared_expert";  // the shared experts' module (ffn_*_shexp)
   const char* router_bias = nullptr;         // the sigmoid router's selection bias (exp_probs_b.bias)
+  const char* router_logit_bias = nullptr;   // the router's linear bias (ffn_gate_inp.bias, gpt-oss)
 };
 
 // One architecture, all of it in its arch/<name>.cpp: its config.json quirks, its tensor table, and

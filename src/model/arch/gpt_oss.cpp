@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "chronos/error.h"
+#include "chronos/gguf.h"
 #include "chronos/safetensors.h"
 #include "model/arch/arch.h"
 
@@ -178,7 +179,9 @@ PresentedTensors present(const TensorStore& store, const ModelConfig& c, const s
 }
 
 // llama.cpp's gpt-oss files: every layer MoE, the sliding window on every other layer from the
-// first, the released model's SwiGLU limit (the files carry no key for it).
+// first (as llama.cpp's swa pattern 2), the released model's SwiGLU limit (llama.cpp's converter
+// writes no key for it and its graph uses 7; a file with <arch>.swiglu_clamp_exp, llama.cpp's
+// per-layer key of other families, is held to it) and the released YaRN ramp, not truncated.
 void gguf_config(const GgufFacts& f, nlohmann::json& j) {
   if (!f.dense_layers.empty())
     throw_error("{}: tensor blk.{}.ffn_gate_inp.weight is missing (every gpt-oss layer has a router)", f.path,
@@ -186,11 +189,23 @@ void gguf_config(const GgufFacts& f, nlohmann::json& j) {
   j["num_local_experts"] = f.n_expert;
   j["intermediate_size"] = f.n_ff_expert ? *f.n_ff_expert : f.n_ff.value_or(0);
   j["attention_bias"] = true;
-  if (const auto window = f.int_key("attention.sliding_window")) j["sliding_window"] = *window;
-  if (const auto limit = f.file_float("swiglu_clamp_exp")) j["swiglu_limit"] = *limit;
+  const auto window = f.int_key("attention.sliding_window");
+  if (!window || *window <= 0)
+    throw_error("{}: key {} is missing (gpt-oss's sliding layers need it)", f.path, f.key("attention.sliding_window"));
+  j["sliding_window"] = *window;
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) j["rope_scaling"]["truncate"] = false;
+  const std::vector<float> limits = f.file.get_f32_array(f.key("swiglu_clamp_exp"));
+  if (!limits.empty()) {
+    for (const float limit : limits)
+      if (limit != limits.front())
+        throw_error("{}: key {}: the layers' limits differ (gpt-oss has one)", f.path, f.key("swiglu_clamp_exp"));
+    j["swiglu_limit"] = limits.front();
+  }
 }
 
-constexpr GgufNames kGgufNames{"mlp.router.weight", "mlp.experts", "gate_proj", "up_proj", "down_proj"};
+constexpr GgufNames kGgufNames{"mlp.router.weight", "mlp.experts", "gate_proj", "up_proj",
+                               "down_proj",         false,         nullptr,     nullptr,
+                               "mlp.router.bias"};
 
 }  // namespace
 
