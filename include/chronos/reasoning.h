@@ -1,8 +1,10 @@
-// ReasoningSplitter: a thinking model's streamed reply split into its reasoning (the text between
-// the reasoning tags, <think> ... </think> for DeepSeek-R1/V3.1, Qwen3, GLM-4.5, MiniMax-M2, Kimi-K2
-// Thinking) and its answer, as the pieces arrive.
+// A thinking model's streamed reply split into its reasoning and its answer, as the pieces arrive:
+// ReasoningSplitter for the reasoning tags (<think> ... </think> for DeepSeek-R1/V3.1, Qwen3,
+// GLM-4.5, MiniMax-M2, Kimi-K2 Thinking), HarmonySplitter for gpt-oss's harmony messages (the
+// analysis channel is the reasoning). make_reply_splitter picks one from the rendered prompt.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -13,7 +15,16 @@ struct ReasoningParts {
   std::string content;    // the answer: everything else
 };
 
-class ReasoningSplitter {
+class ReplySplitter {
+ public:
+  virtual ~ReplySplitter() = default;
+  // The parts of the text so far that are settled: a tail that may be the start of a marker is held
+  // back until the next push or finish.
+  virtual ReasoningParts push(std::string_view text) = 0;
+  virtual ReasoningParts finish() = 0;
+};
+
+class ReasoningSplitter final : public ReplySplitter {
  public:
   // `inside`: the reply starts within a reasoning block, because the rendered prompt opened one
   // (prompt_opens_reasoning).
@@ -21,8 +32,8 @@ class ReasoningSplitter {
 
   // The parts of the text so far that are settled: a tail that may be the start of a tag is held
   // back until the next push or finish. The blank lines that follow a closing tag are dropped.
-  ReasoningParts push(std::string_view text);
-  ReasoningParts finish();
+  ReasoningParts push(std::string_view text) override;
+  ReasoningParts finish() override;
   bool inside() const { return inside_; }
 
  private:
@@ -32,6 +43,30 @@ class ReasoningSplitter {
   bool inside_;
   bool after_close_ = false;  // just past a closing tag: whitespace is dropped until the answer starts
 };
+
+// gpt-oss's harmony format, as the reply's text shows its special tokens: messages
+// `<|start|>ROLE<|channel|>CHANNEL[ to=RECIPIENT][<|constrain|>TYPE]<|message|>BODY` ended by
+// `<|end|>`, `<|return|>` or `<|call|>`. The bodies of the analysis channel are the reasoning, every
+// other body (final, commentary) the answer; the headers and markers are dropped. `in_body`: the
+// rendered prompt already opened a message of `channel` (its last <|message|> is after its last
+// <|start|>); otherwise the reply begins with a header (the prompt ends `<|start|>assistant`).
+class HarmonySplitter final : public ReplySplitter {
+ public:
+  explicit HarmonySplitter(bool in_body = false, std::string channel = "final");
+  ReasoningParts push(std::string_view text) override;
+  ReasoningParts finish() override;
+
+ private:
+  ReasoningParts drain(bool final);
+  std::string pending_;
+  std::string header_;  // the header read so far, when not in a body
+  bool in_body_;
+  bool analysis_;  // the current body's channel is analysis
+};
+
+// The splitter for a chat reply to `rendered_prompt`: harmony when the prompt is in harmony's
+// format (it holds <|start|> and <|message|>), else the reasoning tags.
+std::unique_ptr<ReplySplitter> make_reply_splitter(std::string_view rendered_prompt);
 
 // Whether a rendered chat prompt leaves the reply inside a reasoning block: its last opening tag
 // comes after its last closing tag (templates that open <think> for the model).

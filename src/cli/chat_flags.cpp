@@ -48,11 +48,15 @@ void add_chat_flags(CLI::App* app, ChatFlags& flags) {
       "A variable for the chat template, KEY=VALUE (e.g. enable_thinking=false); VALUE is JSON when it parses "
       "as JSON, else a string (repeatable)");
   app->add_option("--chat-template", flags.template_file, "Render with this Jinja template instead of the model's");
+  app->add_option("--reasoning-effort", flags.reasoning_effort,
+                  "How long a reasoning model thinks: low, medium or high (the chat template's reasoning_effort, "
+                  "as gpt-oss's system message states it)")
+      ->check(CLI::IsMember({"low", "medium", "high"}));
 }
 
 bool any_chat_flag(const ChatFlags& flags) {
   return !flags.messages_file.empty() || !flags.tools_file.empty() || !flags.kwargs.empty() ||
-         !flags.template_file.empty();
+         !flags.template_file.empty() || !flags.reasoning_effort.empty();
 }
 
 ChatRequest read_chat_request(const ChatFlags& flags) {
@@ -87,6 +91,11 @@ ChatRequest read_chat_request(const ChatFlags& flags) {
     const std::string value = kwarg.substr(equals + 1);
     ordered_json parsed = ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
     request.kwargs[key] = parsed.is_discarded() ? ordered_json(value) : std::move(parsed);
+  }
+  if (!flags.reasoning_effort.empty()) {
+    if (request.kwargs.contains("reasoning_effort"))
+      throw UsageError("--reasoning-effort and --chat-kwarg reasoning_effort=... both given: use one");
+    request.kwargs["reasoning_effort"] = flags.reasoning_effort;
   }
   return request;
 }

@@ -16,6 +16,7 @@ struct ChatFlags {
   std::string tools_file;           // JSON: a list of tool definitions
   std::vector<std::string> kwargs;  // KEY=VALUE; VALUE is JSON when it parses as JSON, else a string
   std::string template_file;
+  std::string reasoning_effort;  // low, medium or high: the template's reasoning_effort (gpt-oss)
 };
 
 void add_chat_flags(CLI::App* app, ChatFlags& flags);

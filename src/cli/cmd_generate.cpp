@@ -374,7 +374,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
   const Tokenizer& tokenizer = *s.tokenizer;
 
   std::vector<BatchRequest> requests(lines.size());
-  std::vector<std::optional<ReasoningSplitter>> reasoning(lines.size());
+  std::vector<std::unique_ptr<ReplySplitter>> reasoning(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     const JsonlLine& l = lines[i];
     const auto fail_line = [&](const std::string& what) { throw_error("{}: line {}: {}", source, l.line, what); };
@@ -391,7 +391,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
           chat.messages.push_back({{"role", "user"}, {"content", *l.prompt}});
         }
         r.prompt = chat_prompt(tokenizer, chat, chat_template_override, rendered);
-        if (!args.show_reasoning) reasoning[i].emplace(prompt_opens_reasoning(rendered));
+        if (!args.show_reasoning) reasoning[i] = make_reply_splitter(rendered);
       } else {
         r.prompt = tokenizer.encode(*l.prompt, /*add_special_tokens=*/true);
       }
@@ -502,8 +502,9 @@ int run_generate(const GenerateArgs& args) {
   const Tokenizer& tokenizer = *s.tokenizer;
 
   std::vector<int32_t> prompt;
-  // A chat reply's reasoning (<think> ... </think>) is hidden unless --show-reasoning.
-  std::optional<ReasoningSplitter> reasoning;
+  // A chat reply's reasoning (<think> ... </think>, harmony's analysis channel) is hidden unless
+  // --show-reasoning.
+  std::unique_ptr<ReplySplitter> reasoning;
   if (args.chat || conversation) {
     if (!conversation) {
       if (!args.system.empty()) chat_request.messages.push_back({{"role", "system"}, {"content", args.system}});
@@ -511,7 +512,7 @@ int run_generate(const GenerateArgs& args) {
     }
     std::string rendered;
     prompt = chat_prompt(tokenizer, chat_request, chat_template_override, rendered);
-    if (!args.show_reasoning) reasoning.emplace(prompt_opens_reasoning(rendered));
+    if (!args.show_reasoning) reasoning = make_reply_splitter(rendered);
   } else {
     prompt = tokenizer.encode(prompt_text, /*add_special_tokens=*/true);
   }

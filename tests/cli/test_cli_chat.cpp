@@ -75,6 +75,44 @@ TEST_F(CliChat, TemplateToolsAndKwargsFromFlags) {
   }
 }
 
+// --reasoning-effort is gpt-oss's reasoning_effort: its template's system message says it, as
+// transformers renders the fixture's case (the current date the template prints is today's here).
+TEST_F(CliChat, ReasoningEffortReachesTheHarmonySystemMessage) {
+  const auto fixture = ordered_json::parse(testing::slurp(kFixtures / "chat_templates" / "gpt_oss.json"));
+  const std::string tmpl = (kFixtures / "chat_templates" / "gpt_oss.jinja").string();
+  const std::string tokenizer = (kFixtures / "tokenizers" / "gpt_oss").string();
+  int checked = 0;
+  for (const ordered_json& c : fixture.at("cases")) {
+    const std::string name = c.at("name").get<std::string>();
+    if (name != "developer_effort_low_gen" && name != "tools_effort_high_gen") continue;
+    const std::string request =
+        write("request.json",
+              ordered_json{{"messages", c.at("messages")}, {"tools", c.value("tools", ordered_json())}}.dump());
+    const RunResult r = run_chronos({"chat-template", "-m", tokenizer, "--chat-template", tmpl, "--messages", request,
+                                     "--reasoning-effort", c.at("kwargs").at("reasoning_effort").get<std::string>()},
+                                    work_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::string want = c.at("rendered").get<std::string>();
+    const size_t date = want.find("Current date: ");
+    ASSERT_NE(date, std::string::npos);
+    ASSERT_GE(r.out.size(), date + 24);
+    want.replace(date + 14, 10, r.out.substr(date + 14, 10));
+    EXPECT_EQ(r.out, want) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  const RunResult bad =
+      run_chronos({"chat-template", "-m", tokenizer, "--chat-template", tmpl, "--messages",
+                   write("m.json", R"([{"role": "user", "content": "x"}])"), "--reasoning-effort", "extreme"},
+                  work_);
+  expect_clean_failure(bad, 2, "--reasoning-effort");
+  const RunResult both = run_chronos({"chat-template", "-m", tokenizer, "--chat-template", tmpl, "--messages",
+                                      write("m.json", R"([{"role": "user", "content": "x"}])"), "--reasoning-effort",
+                                      "low", "--chat-kwarg", "reasoning_effort=high"},
+                                     work_);
+  expect_clean_failure(both, 2, "use one");
+}
+
 // A --chat-kwarg value that is not JSON is a string; special tokens can be overridden that way.
 TEST_F(CliChat, ChatKwargValuesAreJsonOrStrings) {
   const std::string tmpl = write("t.jinja", "{{ a|tojson }} {{ b|tojson }} {{ c|tojson }} {{ eos_token }}");

@@ -1,4 +1,5 @@
-// ReasoningSplitter: the reasoning and the answer of a streamed reply, however it is cut.
+// ReasoningSplitter and HarmonySplitter: the reasoning and the answer of a streamed reply, however it
+// is cut.
 #include <gtest/gtest.h>
 
 #include "chronos/reasoning.h"
@@ -58,6 +59,74 @@ TEST(ReasoningSplitter, PromptOpensReasoningOnlyWhenTheLastTagIsOpen) {
   // Qwen3 with enable_thinking=false closes an empty block for the model.
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(prompt_opens_reasoning("<|im_start|>assistant\n"));
+}
+
+// gpt-oss's harmony reply: the analysis channel is the reasoning, the final channel the answer, the
+// headers and markers dropped; the same parts however the text is cut.
+ReasoningParts harmony_in_pieces(std::string_view text, size_t piece, std::string_view prompt) {
+  const auto splitter = make_reply_splitter(prompt);
+  EXPECT_NE(dynamic_cast<HarmonySplitter*>(splitter.get()), nullptr) << "not harmony: " << prompt;
+  ReasoningParts all;
+  const auto add = [&](const ReasoningParts& p) {
+    all.reasoning += p.reasoning;
+    all.content += p.content;
+  };
+  for (size_t i = 0; i < text.size(); i += piece) add(splitter->push(text.substr(i, piece)));
+  add(splitter->finish());
+  return all;
+}
+
+constexpr std::string_view kHarmonyPrompt =
+    "<|start|>system<|message|>You are ChatGPT.\nReasoning: medium\n\n# Valid channels: analysis, commentary, "
+    "final.<|end|><|start|>user<|message|>2 + 2?<|end|><|start|>assistant";
+
+TEST(HarmonySplitter, AnalysisIsTheReasoningAndFinalTheAnswer) {
+  const std::string reply =
+      "<|channel|>analysis<|message|>Add them: a<b is fine, <|x is not a marker.<|end|>"
+      "<|start|>assistant<|channel|>final<|message|>The answer is 4.<|return|>";
+  const auto whole = harmony_in_pieces(reply, reply.size(), kHarmonyPrompt);
+  EXPECT_EQ(whole.reasoning, "Add them: a<b is fine, <|x is not a marker.");
+  EXPECT_EQ(whole.content, "The answer is 4.");
+  for (size_t piece = 1; piece < 16; ++piece) {
+    const auto cut = harmony_in_pieces(reply, piece, kHarmonyPrompt);
+    EXPECT_EQ(cut.reasoning, whole.reasoning) << piece;
+    EXPECT_EQ(cut.content, whole.content) << piece;
+  }
+}
+
+TEST(HarmonySplitter, CommentaryAndAToolCallAreAnswerTextWithoutTheirHeaders) {
+  const std::string reply =
+      "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>";
+  const auto parts = harmony_in_pieces(reply, 3, kHarmonyPrompt);
+  EXPECT_EQ(parts.reasoning, "Need the weather.");
+  EXPECT_EQ(parts.content, "{\"city\":\"Paris\"}");
+}
+
+TEST(HarmonySplitter, APromptThatOpensTheFinalMessage) {
+  // A template that starts the answer itself: the reply is the final body from its first byte.
+  const std::string prompt = std::string(kHarmonyPrompt) + "<|channel|>final<|message|>";
+  const auto parts = harmony_in_pieces("Four.<|return|>", 2, prompt);
+  EXPECT_EQ(parts.reasoning, "");
+  EXPECT_EQ(parts.content, "Four.");
+  const auto analysis = harmony_in_pieces("hm<|end|><|start|>assistant<|channel|>final<|message|>4", 5,
+                                          std::string(kHarmonyPrompt) + "<|channel|>analysis<|message|>");
+  EXPECT_EQ(analysis.reasoning, "hm");
+  EXPECT_EQ(analysis.content, "4");
+}
+
+TEST(HarmonySplitter, AReplyCutInsideAHeaderShowsNothingOfIt) {
+  const auto parts =
+      harmony_in_pieces("<|channel|>analysis<|message|>thinking<|end|><|start|>assis", 4, kHarmonyPrompt);
+  EXPECT_EQ(parts.reasoning, "thinking");
+  EXPECT_EQ(parts.content, "");
+}
+
+TEST(HarmonySplitter, OtherPromptsKeepTheThinkTags) {
+  EXPECT_NE(dynamic_cast<ReasoningSplitter*>(make_reply_splitter("<|im_start|>user\nhi<|im_end|>\n").get()), nullptr);
+  const auto opened = make_reply_splitter("<|im_start|>assistant\n<think>\n");
+  ASSERT_NE(dynamic_cast<ReasoningSplitter*>(opened.get()), nullptr);
+  EXPECT_TRUE(dynamic_cast<ReasoningSplitter*>(opened.get())->inside());
 }
 
 }  // namespace
