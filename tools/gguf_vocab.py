@@ -37,6 +37,8 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k's (GPT-4o, gpt-oss): llama.cpp's "gpt-4o".
+O200K_REGEX = "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 
 def _read_json(path: Path):
@@ -77,6 +79,8 @@ def _pre_name(tokenizer: dict) -> str:
         return "qwen2"
     if regexes == [LLAMA3_REGEX]:
         return "llama-bpe"
+    if regexes == [O200K_REGEX]:
+        return "gpt-4o"
     if not regexes and len(byte_level) == 1 and byte_level[0].get("use_regex", True):
         return "olmo" if nfc else "gpt-2"
     raise ValueError(f"no tokenizer.ggml.pre for the pre-tokenizer {json.dumps(tokenizer.get('pre_tokenizer'))}; "

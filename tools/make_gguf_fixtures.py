@@ -136,6 +136,14 @@ def as_array(raw: bytes, dtype: str, shape: list[int]) -> np.ndarray:
     return np.frombuffer(raw, dtype=np.uint8).reshape(*shape[:-1], shape[-1] // elements * block_bytes).copy()
 
 
+def as_f32(array: np.ndarray, type_name: str) -> np.ndarray:
+    """A float tensor's values as float32 (BF16 arrives as its bytes, two per value)."""
+    if type_name == "BF16":
+        bits = np.frombuffer(array.tobytes(), dtype=np.uint16).astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(*array.shape[:-1], array.shape[-1] // 2)
+    return array.astype(np.float32)
+
+
 class Checkpoint:
     """The tensors of a checkpoint folder, or of a pack of it: name -> (array, type name)."""
 
@@ -401,10 +409,10 @@ def write_model_fixture(source: pathlib.Path, tensors: Checkpoint, path: pathlib
             continue
         if ".experts." in name and name.endswith("_proj_bias"):  # gpt-oss: [experts, rows] per projection
             layer, kind = int(name.split(".")[2]), name.split(".")[-1].replace("_proj_bias", "")
-            writer.add_tensor(f"blk.{layer}.ffn_{kind}_exps.bias", array.astype(np.float32))
+            writer.add_tensor(f"blk.{layer}.ffn_{kind}_exps.bias", as_f32(array, type_name))
             continue
         if name.endswith("self_attn.sinks"):  # GptOssModel: the sinks get the .weight suffix
-            writer.add_tensor(f"blk.{name.split('.')[2]}.attn_sinks.weight", array.astype(np.float32))
+            writer.add_tensor(f"blk.{name.split('.')[2]}.attn_sinks.weight", as_f32(array, type_name))
             continue
         if ".experts." in name:  # routed experts: stacked per layer and projection
             parts = name.split(".")

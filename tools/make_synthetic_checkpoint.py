@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a Mixtral-, GLM-4-MoE- or DeepSeek-V2-shaped random BF16 checkpoint for benchmarks, with numpy only.
+"""Writes a Mixtral-, GLM-4-MoE-, DeepSeek-V2- or gpt-oss-shaped random checkpoint for benchmarks, with numpy only.
 
 The folder looks like a Hugging Face Mixtral checkpoint: config.json, generation_config.json,
 sharded model-XXXXX-of-YYYYY.safetensors + model.safetensors.index.json, tokenizer.json and
@@ -29,6 +29,16 @@ softmax router, "greedy" with --groups 1 and "group_limited_greedy" keeping --to
 as one FFN of --shared x --ffn; the first --dense-layers layers dense (FFN --dense-ffn). --kv-heads
 does not apply (every head has its own key and value). The command above is DeepSeek-V2-Lite with 6
 of its 27 layers (6.85 GB, 3.4 B parameters).
+
+--arch gpt_oss writes gpt-oss as released: the experts fused per layer in MXFP4 (gate_up_proj and
+down_proj as *_blocks / *_scales, random codes under scales around 2^-7, with bf16 biases),
+everything else bf16: q/k/v/o biases, sinks, the router's bias, heads of --head-dim, every other
+layer sliding (window 128), YaRN x32 from 4096 untruncated, the SwiGLU limit 7. gpt-oss-20b's
+shapes with 4 of its 24 layers:
+
+  python3 tools/make_synthetic_checkpoint.py --out /tmp/oss20b-4l --arch gpt_oss --hidden 2880 \
+      --layers 4 --heads 64 --kv-heads 8 --head-dim 64 --experts 32 --top-k 4 --ffn 2880 --vocab 201088 \
+      --tokenizer tests/fixtures/tokenizers/gpt_oss
 """
 import argparse
 import json
@@ -44,11 +54,40 @@ CHUNK_ELEMENTS = 1 << 22  # 4M values (16 MB of float32 scratch) per generated c
 BF16_BYTES = 2
 
 
+def gpt_oss_layer(a, p):
+    """One gpt-oss layer as released, `p` = "model.layers.{i}.": std None marks MXFP4 bytes (U8)."""
+    H, I, E, hd = a.hidden, a.ffn, a.experts, a.head_dim
+    q, kv = a.heads * hd, a.kv_heads * hd
+    return [(p + "input_layernorm.weight", (H,), 0.0, "dense"),
+            (p + "post_attention_layernorm.weight", (H,), 0.0, "dense"),
+            (p + "self_attn.q_proj.weight", (q, H), H ** -0.5, "dense"),
+            (p + "self_attn.k_proj.weight", (kv, H), H ** -0.5, "dense"),
+            (p + "self_attn.v_proj.weight", (kv, H), H ** -0.5, "dense"),
+            (p + "self_attn.o_proj.weight", (H, q), q ** -0.5, "dense"),
+            (p + "self_attn.q_proj.bias", (q,), 0.02, "dense"),
+            (p + "self_attn.k_proj.bias", (kv,), 0.02, "dense"),
+            (p + "self_attn.v_proj.bias", (kv,), 0.02, "dense"),
+            (p + "self_attn.o_proj.bias", (H,), 0.02, "dense"),
+            (p + "self_attn.sinks", (a.heads,), 1.0, "dense"),
+            (p + "mlp.router.weight", (E, H), 2.0 * H ** -0.5, "dense"),
+            (p + "mlp.router.bias", (E,), 0.05, "dense"),
+            (p + "mlp.experts.gate_up_proj_blocks", (E, 2 * I, H // 32, 16), None, "expert"),
+            (p + "mlp.experts.gate_up_proj_scales", (E, 2 * I, H // 32), None, "expert"),
+            (p + "mlp.experts.gate_up_proj_bias", (E, 2 * I), 0.02, "dense"),
+            (p + "mlp.experts.down_proj_blocks", (E, H, I // 32, 16), None, "expert"),
+            (p + "mlp.experts.down_proj_scales", (E, H, I // 32), None, "expert"),
+            (p + "mlp.experts.down_proj_bias", (E, H), 0.02, "dense")]
+
+
 def tensor_plan(a):
     """(name, shape, std, kind) for every tensor, kind = dense | expert | embed | head."""
     H, I, V, E = a.hidden, a.ffn, a.vocab, a.experts
     hd = H // a.heads
     plan = [("model.embed_tokens.weight", (V, H), 1.0, "embed")]
+    if a.arch == "gpt_oss":
+        for i in range(a.layers):
+            plan += gpt_oss_layer(a, f"model.layers.{i}.")
+        return plan + [("model.norm.weight", (H,), 0.0, "dense"), ("lm_head.weight", (V, H), 3.0 * H ** -0.5, "head")]
     glm = a.arch == "glm4_moe"
     ds = a.arch == "deepseek_v2"
     for i in range(a.layers):
@@ -113,8 +152,9 @@ def mla_plan(a, p):
                    (p + "o_proj.weight", (H, n * a.v_head), (n * a.v_head) ** -0.5, "dense")]
 
 
-def n_bytes(shape):
-    return int(np.prod(shape, dtype=np.int64)) * BF16_BYTES
+def n_bytes(shape, std=0.0):
+    """bf16 values, or (std None) MXFP4 blocks and scales: one byte each."""
+    return int(np.prod(shape, dtype=np.int64)) * (1 if std is None else BF16_BYTES)
 
 
 def to_bf16_bits(values):
@@ -124,10 +164,16 @@ def to_bf16_bits(values):
     return (rounded >> np.uint32(16)).astype("<u2")
 
 
-def write_tensor_data(out, shape, std, rng):
+def write_tensor_data(out, shape, std, rng, scales=False):
     remaining = int(np.prod(shape, dtype=np.int64))
     while remaining > 0:
         count = min(remaining, CHUNK_ELEMENTS)
+        if std is None:  # MXFP4: random E2M1 code pairs, or E8M0 scales of 2^-8 .. 2^-6
+            data = rng.integers(127 - 8, 127 - 5, count, dtype=np.uint8) if scales else \
+                rng.integers(0, 256, count, dtype=np.uint8)
+            out.write(data.tobytes())
+            remaining -= count
+            continue
         if std == 0.0:  # norms: around 1 with a little noise
             values = 1.0 + 0.1 * rng.standard_normal(count, dtype=np.float32)
         else:
@@ -139,7 +185,7 @@ def write_tensor_data(out, shape, std, rng):
 def split_shards(plan, max_shard_bytes):
     shards, current, size = [], [], 0
     for entry in plan:
-        b = n_bytes(entry[1])
+        b = n_bytes(entry[1], entry[2])
         if current and size + b > max_shard_bytes:
             shards.append(current)
             current, size = [], 0
@@ -153,9 +199,11 @@ def split_shards(plan, max_shard_bytes):
 def write_shard(path, entries, rng):
     entries = sorted(entries, key=lambda e: e[0])  # the safetensors writer's order for one dtype
     header, offset = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape, _, _ in entries:
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n_bytes(shape)]}
-        offset += n_bytes(shape)
+    for name, shape, std, _ in entries:
+        size = n_bytes(shape, std)
+        header[name] = {"dtype": "U8" if std is None else "BF16", "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * ((8 - len(text) % 8) % 8)
     tmp = path.with_name(path.name + ".tmp")
@@ -164,7 +212,7 @@ def write_shard(path, entries, rng):
             out.write(len(text).to_bytes(8, "little"))
             out.write(text)
             for name, shape, std, _ in entries:
-                write_tensor_data(out, shape, std, rng)
+                write_tensor_data(out, shape, std, rng, scales=name.endswith("_scales"))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -211,7 +259,8 @@ def main():
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER,
                         help="folder with tokenizer.json + tokenizer_config.json (byte-level BPE)")
     parser.add_argument("--dry-run", action="store_true", help="print sizes, write nothing")
-    parser.add_argument("--arch", choices=["mixtral", "glm4_moe", "deepseek_v2"], default="mixtral")
+    parser.add_argument("--arch", choices=["mixtral", "glm4_moe", "deepseek_v2", "gpt_oss"], default="mixtral")
+    parser.add_argument("--head-dim", type=int, default=0, help="gpt_oss: head width (0: hidden / heads)")
     parser.add_argument("--groups", type=int, default=4,
                         help="glm4_moe, deepseek_v2: expert groups (n_group; deepseek_v2: 1 = greedy top-k)")
     parser.add_argument("--topk-group", type=int, default=2,
@@ -230,8 +279,11 @@ def main():
     ds = a.arch == "deepseek_v2"
     if ds:
         a.kv_heads = a.heads  # MLA: every head has its own key and value
-    if a.hidden % a.heads or a.heads % a.kv_heads:
+    a.head_dim = a.head_dim or a.hidden // a.heads
+    if (a.hidden % a.heads and a.arch != "gpt_oss") or a.heads % a.kv_heads:
         parser.error("hidden must divide by heads, heads by kv-heads")
+    if a.arch == "gpt_oss" and (a.hidden % 32 or a.ffn % 32):
+        parser.error("gpt_oss: --hidden and --ffn must be multiples of 32 (MXFP4 blocks)")
     if ds:
         if a.kv_lora_rank < 1 or a.q_lora_rank < 0 or a.qk_nope < 1 or a.v_head < 1:
             parser.error("--kv-lora-rank, --qk-nope and --v-head must be positive, --q-lora-rank >= 0")
@@ -250,10 +302,10 @@ def main():
     a.dense_layers = min(a.dense_layers, a.layers)
     plan = tensor_plan(a)
     kind_bytes = {}
-    for _, shape, _, kind in plan:
-        kind_bytes[kind] = kind_bytes.get(kind, 0) + n_bytes(shape)
+    for _, shape, std, kind in plan:
+        kind_bytes[kind] = kind_bytes.get(kind, 0) + n_bytes(shape, std)
     total = sum(kind_bytes.values())
-    expert_bytes = 3 * a.hidden * a.ffn * BF16_BYTES
+    expert_bytes = 3 * a.hidden * a.ffn * (17 / 32 if a.arch == "gpt_oss" else BF16_BYTES)
     # Bytes read per decoded token: all dense weights, K of E experts in every layer, the
     # lm_head, and one embedding row.
     per_token = kind_bytes["dense"] + (a.layers - a.dense_layers) * a.top_k * expert_bytes + kind_bytes["head"] + a.hidden * BF16_BYTES
@@ -327,6 +379,23 @@ def main():
     (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (a.out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}, indent=2) + "\n")
 
+    if a.arch == "gpt_oss":
+        layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(a.layers)]
+        config = {
+            "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": a.vocab,
+            "hidden_size": a.hidden, "intermediate_size": a.ffn, "num_hidden_layers": a.layers,
+            "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads, "head_dim": a.head_dim,
+            "num_local_experts": a.experts, "num_experts_per_tok": a.top_k, "experts_per_token": a.top_k,
+            "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+            "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "truncate": False, "original_max_position_embeddings": 4096},
+            "rope_theta": 150000, "sliding_window": 128, "layer_types": layer_types, "swiglu_limit": 7.0,
+            "attention_bias": True, "tie_word_embeddings": False, "eos_token_id": 200002, "pad_token_id": None,
+            "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
+                "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]},
+        }
+        (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (a.out / "generation_config.json").write_text(json.dumps({"eos_token_id": [200002, 199999, 200012]}) + "\n")
     shards = split_shards(plan, int(a.max_shard_gb * 1e9))
     rng = np.random.default_rng(a.seed)
     weight_map = {}
@@ -334,7 +403,7 @@ def main():
         name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
         write_shard(a.out / name, entries, rng)
         weight_map.update({e[0]: name for e in entries})
-        print(f"wrote {name} ({sum(n_bytes(e[1]) for e in entries) / 1e9:.3f} GB)", file=sys.stderr)
+        print(f"wrote {name} ({sum(n_bytes(e[1], e[2]) for e in entries) / 1e9:.3f} GB)", file=sys.stderr)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (a.out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     print(f"wrote {a.out}")
