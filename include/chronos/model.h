@@ -86,7 +86,10 @@ struct ModelSizes {
 // positions the slot holds; a forward may append at that length or rewind to an earlier position.
 class KvStore {
  public:
-  KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots);
+  // max_rows > 0: the most rows one forward chunk holds; a layer with its own sliding window
+  // (LayerKind::window, gpt-oss) then keeps only the last window + max_rows - 1 positions of each
+  // sequence, in a ring (position p at p modulo that). 0: every layer keeps n_ctx positions.
+  KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, int64_t max_rows = 0);
   // The same slots in memory the caller owns and keeps alive (a device's): `k` and `v` hold the
   // keys' and the values' share of n_bytes() (key_bytes() and the rest; v may be null without
   // values), laid out as k() and v() address them.
@@ -97,8 +100,10 @@ class KvStore {
   KvStore& operator=(KvStore&&) = default;
   // Bytes of one slot of n_ctx positions; as many slots as fit in `budget` bytes (throws Error
   // naming both sizes when not even one does).
-  static int64_t bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx);
+  static int64_t bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx, int64_t max_rows = 0);
   static int64_t slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget);
+  // The positions a slot keeps for `layer`: n_ctx, or a sliding layer's ring (see the constructor).
+  static int64_t layer_positions(const ModelConfig& cfg, int64_t layer, int64_t n_ctx, int64_t max_rows);
 
   // A free slot, with length 0; throws Error when every slot is in use.
   int32_t allocate();
@@ -114,18 +119,25 @@ class KvStore {
   int64_t value_width() const { return value_width_; }
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t n_bytes() const { return n_slots_ * slot_bytes(); }
-  int64_t key_bytes() const { return n_slots_ * n_layer_ * n_ctx_ * key_width_ * int64_t(sizeof(float)); }
+  int64_t key_bytes() const { return n_slots_ * slot_positions_ * key_width_ * int64_t(sizeof(float)); }
+  int64_t max_rows() const { return max_rows_; }
+  // Positions `layer` keeps per slot: n_ctx, or its ring's size (positions wrap modulo it).
+  int64_t ring(int64_t layer) const { return layer_cap_[size_t(layer)]; }
+  // A position's key and value; a ring layer's positions p and p + ring(layer) share the place.
   float* k(int32_t slot, int64_t layer, int64_t pos) { return k_base_ + offset(slot, layer, pos) * key_width_; }
   float* v(int32_t slot, int64_t layer, int64_t pos) { return v_base_ + offset(slot, layer, pos) * value_width_; }
 
  private:
   friend class Model;
+  void lay_out(const ModelConfig& cfg);
   int64_t offset(int32_t slot, int64_t layer, int64_t pos) const {
-    return (int64_t(slot) * n_layer_ + layer) * n_ctx_ + pos;
+    return int64_t(slot) * slot_positions_ + layer_base_[size_t(layer)] + pos % layer_cap_[size_t(layer)];
   }
-  int64_t n_layer_, n_ctx_, key_width_, value_width_, n_slots_, slot_bytes_;
-  std::vector<float> k_, v_;  // [n_slots, n_layer, n_ctx, kv_dim] when the store owns its memory
-  float* k_base_ = nullptr;   // k_ or the caller's memory
+  int64_t n_layer_, n_ctx_, key_width_, value_width_, n_slots_, max_rows_, slot_bytes_;
+  std::vector<int64_t> layer_cap_, layer_base_;  // [n_layer] positions kept, and where the layer's begin
+  int64_t slot_positions_ = 0;                   // the sum of layer_cap_
+  std::vector<float> k_, v_;                     // [n_slots, sum of layer_cap_, kv_dim] when the store owns its memory
+  float* k_base_ = nullptr;                      // k_ or the caller's memory
   float* v_base_ = nullptr;
   std::vector<uint8_t> in_use_;  // [n_slots]
   std::vector<int64_t> length_;  // [n_slots]

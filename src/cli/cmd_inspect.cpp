@@ -19,6 +19,8 @@
 namespace chronos::cli {
 namespace {
 
+constexpr int64_t kInspectBatch = 128;  // generate's default -b: the rows a sliding layer's ring adds
+
 // ", window W on N of M layers" (or on every layer), or nothing for full attention everywhere.
 std::string windows_text(const ModelConfig& c) {
   int64_t windowed = 0, window = 0;
@@ -172,7 +174,7 @@ int run_inspect(const InspectArgs& args) {
     MemoryHere m;
     m.available = available_memory();
     m.kv_ctx = std::min<int64_t>(c.n_ctx_train, 4096);
-    m.kv_bytes = KvStore::bytes_per_slot(c, m.kv_ctx);
+    m.kv_bytes = KvStore::bytes_per_slot(c, m.kv_ctx, kInspectBatch);
     m.auto_budget = auto_expert_budget(m.available, s.expert_bytes, s.dense_bytes + m.kv_bytes);
     memory = m;
   } catch (const Error& e) {
@@ -196,6 +198,18 @@ int run_inspect(const InspectArgs& args) {
     if (kind.ffn == FfnKind::kMoe) add_once(kinds.router, name_of(kind.router));
   }
   const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 1);
+  // Layers with their own window (gpt-oss) keep a ring of window + batch - 1 positions.
+  int64_t ring_layers = 0, ring = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (const int64_t kept = KvStore::layer_positions(c, il, c.n_ctx_train, kInspectBatch); kept < c.n_ctx_train) {
+      ++ring_layers;
+      ring = kept;
+    }
+  const std::string ring_text =
+      ring_layers == 0
+          ? ""
+          : fmt::format("; {} sliding layers keep their last {} positions at -b {}, {} per sequence", ring_layers, ring,
+                        kInspectBatch, human_bytes(ring_layers * ring * 2 * c.kv_dim() * int64_t(sizeof(float))));
   // MLA's cache against the keys and values its heads would have expanded (f32 both).
   const int64_t kv_expanded_bytes_per_token =
       c.mla() ? c.n_layer * c.n_head * (c.head_dim + c.v_head_dim) * int64_t(sizeof(float)) : kv_bytes_per_token;
@@ -226,6 +240,8 @@ int run_inspect(const InspectArgs& args) {
         {"rotary_dims", c.n_rot},
         {"kv_bytes_per_token", kv_bytes_per_token},
         {"kv_bytes_per_token_expanded", kv_expanded_bytes_per_token},
+        {"kv_sliding_layers", ring_layers},
+        {"kv_sliding_positions", ring},
         {"params_total", total_params},
         {"params_active_per_token", active_params},
         {"dense_params", s.dense_params},
@@ -292,8 +308,9 @@ int run_inspect(const InspectArgs& args) {
         human_bytes(kv_bytes_per_token), c.kv_lora_rank, c.qk_rope_dim, c.n_layer,
         human_bytes(kv_expanded_bytes_per_token), double(kv_expanded_bytes_per_token) / double(kv_bytes_per_token));
   else
-    fmt::print("KV cache         {} per token (f32 keys and values of {} layers)\n", human_bytes(kv_bytes_per_token),
-               c.n_layer);
+    fmt::print("KV cache         {} per token (f32 keys and values of {} layer{}{})\n",
+               human_bytes(kv_bytes_per_token * (c.n_layer - ring_layers) / c.n_layer), c.n_layer - ring_layers,
+               c.n_layer - ring_layers == 1 ? "" : "s", ring_text);
   fmt::print("vocabulary       {}\n", c.n_vocab);
   fmt::print(
       "context          {} (rope theta {}{})\n", c.n_ctx_train, c.rope_theta,

@@ -30,17 +30,22 @@ constexpr int64_t kMaxTaskWork = 1024;
 // the `key_width` floats at keys + pos * stride and its value the `value_width` floats at values +
 // pos * stride, computed block by block with a running max so no score buffer larger than a block
 // is needed (exact up to f32 rounding). sink, when not null: one more logit in the denominator.
+// ring > 0: position p is stored at p % ring (a sliding layer's ring, KvStore::ring); the range
+// then spans at most one wrap.
 void attend_rows(float* out, const float* q, const float* keys, const float* values, int64_t stride, int64_t first,
-                 int64_t last, int64_t key_width, int64_t value_width, float scale, const float* sink = nullptr) {
+                 int64_t last, int64_t key_width, int64_t value_width, float scale, const float* sink = nullptr,
+                 int64_t ring = 0) {
   constexpr int64_t kBlock = 128;
   float scores[kBlock];
   float running_max = -std::numeric_limits<float>::infinity();
   float running_sum = 0.0f;
   std::fill(out, out + value_width, 0.0f);
-  for (int64_t block = first; block <= last; block += kBlock) {
-    const int64_t count = std::min(kBlock, last - block + 1);
+  for (int64_t block = first, count = 0; block <= last; block += count) {
+    const int64_t at = ring > 0 ? block % ring : block;
+    count = std::min(kBlock, last - block + 1);
+    if (ring > 0) count = std::min(count, ring - at);  // up to the ring's end
     float block_max = -std::numeric_limits<float>::infinity();
-    ops::dot_rows(scores, q, keys + block * stride, stride, count, key_width, scale);
+    ops::dot_rows(scores, q, keys + at * stride, stride, count, key_width, scale);
     for (int64_t j = 0; j < count; ++j) block_max = std::max(block_max, scores[j]);
     const float new_max = std::max(running_max, block_max);
     const float correction = std::exp(running_max - new_max);  // 0 on the first block
@@ -52,7 +57,7 @@ void attend_rows(float* out, const float* q, const float* keys, const float* val
       scores[j] = std::exp(scores[j] - new_max);
       running_sum += scores[j];
     }
-    ops::axpy_rows(out, scores, values + block * stride, stride, count, value_width);
+    ops::axpy_rows(out, scores, values + at * stride, stride, count, value_width);
     running_max = new_max;
   }
   // exp(sink - max) may overflow to infinity: the weights then go to 0, their limit.
@@ -133,6 +138,10 @@ void CpuOps::attend(float* out, const float* q, const float* k, const float* v, 
   // Query head h reads kv head h / (n_head / n_head_kv).
   const int64_t group = c_.n_head / c_.n_head_kv;
   const float scale = c_.softmax_scale();
+  // A ring keeps window + max_rows - 1 positions: a chunk's first row still finds its window.
+  const int64_t ring = kv_.ring(layer) < kv_.n_ctx() ? kv_.ring(layer) : 0;
+  CHRONOS_CHECK_MSG(ring == 0 || (window > 0 && n_ <= kv_.max_rows() && ring >= window + n_ - 1),
+                    "layer {}: a chunk of {} rows does not fit the KV ring of {} positions", layer, n_, ring);
   pool_.run(n_ * c_.n_head, [&](int64_t task) {
     const int64_t t = task / c_.n_head, h = task % c_.n_head;
     const int32_t slot = batch_->seq(begin_ + t);
@@ -141,7 +150,7 @@ void CpuOps::attend(float* out, const float* q, const float* k, const float* v, 
     const int64_t kv_head = (h / group) * hd;
     attend_rows(out + t * q_dim + h * hd, q + t * q_dim + h * hd, kv_.k(slot, layer, 0) + kv_head,
                 kv_.v(slot, layer, 0) + kv_head, kv_dim, first, last, hd, hd, scale,
-                sinks != nullptr ? sinks + h : nullptr);
+                sinks != nullptr ? sinks + h : nullptr, ring);
   });
 }
 

@@ -6,15 +6,17 @@
 
 namespace chronos {
 
-KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots)
+KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, int64_t max_rows)
     : n_layer_(cfg.n_layer),
       n_ctx_(n_ctx),
       key_width_(cfg.kv_key_width()),
       value_width_(cfg.kv_value_width()),
       n_slots_(n_slots),
-      slot_bytes_(bytes_per_slot(cfg, n_ctx)) {
-  CHRONOS_CHECK(n_ctx > 0 && n_slots > 0);
-  const size_t positions = size_t(n_slots * n_layer_ * n_ctx);
+      max_rows_(max_rows),
+      slot_bytes_(bytes_per_slot(cfg, n_ctx, max_rows)) {
+  CHRONOS_CHECK(n_ctx > 0 && n_slots > 0 && max_rows >= 0);
+  lay_out(cfg);
+  const size_t positions = size_t(n_slots * slot_positions_);
   k_.resize(positions * size_t(key_width_));
   v_.resize(positions * size_t(value_width_));
   k_base_ = k_.data();
@@ -30,17 +32,40 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* 
       key_width_(cfg.kv_key_width()),
       value_width_(cfg.kv_value_width()),
       n_slots_(n_slots),
+      max_rows_(0),
       slot_bytes_(bytes_per_slot(cfg, n_ctx)),
       k_base_(k),
       v_base_(v) {
   CHRONOS_CHECK(n_ctx > 0 && n_slots > 0 && k != nullptr && (v != nullptr || value_width_ == 0));
+  lay_out(cfg);
   in_use_.assign(size_t(n_slots), 0);
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);
 }
 
-int64_t KvStore::bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx) {
-  return cfg.n_layer * n_ctx * (cfg.kv_key_width() + cfg.kv_value_width()) * int64_t(sizeof(float));
+void KvStore::lay_out(const ModelConfig& cfg) {
+  layer_cap_.resize(size_t(n_layer_));
+  layer_base_.resize(size_t(n_layer_));
+  slot_positions_ = 0;
+  for (int64_t il = 0; il < n_layer_; ++il) {
+    layer_base_[size_t(il)] = slot_positions_;
+    layer_cap_[size_t(il)] = layer_positions(cfg, il, n_ctx_, max_rows_);
+    slot_positions_ += layer_cap_[size_t(il)];
+  }
+}
+
+int64_t KvStore::layer_positions(const ModelConfig& cfg, int64_t layer, int64_t n_ctx, int64_t max_rows) {
+  // A chunk's rows are all stored before any attends: its first row still needs the window before
+  // it, so the ring holds the window and the chunk's other rows.
+  const int64_t window = cfg.layers[size_t(layer)].window;
+  if (window <= 0 || max_rows <= 0) return n_ctx;
+  return std::min(n_ctx, window + max_rows - 1);
+}
+
+int64_t KvStore::bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx, int64_t max_rows) {
+  int64_t positions = 0;
+  for (int64_t il = 0; il < cfg.n_layer; ++il) positions += layer_positions(cfg, il, n_ctx, max_rows);
+  return positions * (cfg.kv_key_width() + cfg.kv_value_width()) * int64_t(sizeof(float));
 }
 
 int64_t KvStore::slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget) {

@@ -16,7 +16,7 @@ class CpuRunner final : public ModelRunner {
       : model_(model),
         pool_(pool),
         hooks_(std::move(hooks)),
-        kv_(model.config(), n_ctx, n_seq),
+        kv_(model.config(), n_ctx, n_seq, batch),
         scratch_(model.make_scratch(batch, n_ctx)) {
     if (model.experts_streamed() && hooks_.experts == nullptr)
       throw_error("a pack folder's experts need an expert streamer");

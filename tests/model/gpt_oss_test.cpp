@@ -13,6 +13,7 @@
 
 #include "chronos/error.h"
 #include "chronos/model.h"
+#include "chronos/model_runner.h"
 #include "chronos/safetensors.h"
 #include "chronos/thread_pool.h"
 
@@ -135,6 +136,39 @@ TEST(GptOss, Mxfp4ExpertsKeepTheirType) {
   EXPECT_EQ(w.gate.rows, model->config().n_ff_expert);
   EXPECT_EQ(w.down.rows, model->config().n_embd);
   EXPECT_EQ(model->sizes().expert_dtype, DType::kMXFP4);
+}
+
+// The sliding layers' ring: a runner keeps window + batch - 1 positions of them, and the 40-token
+// prompt (five windows of 8) still gives transformers' logits at every position, prefilled in
+// chunks of 1, 3 and 8 rows, the ring wrapping within a chunk's keys.
+TEST(GptOss, SlidingLayersKeepOnlyTheirWindowAndStillMatchTransformers) {
+  const fs::path dir = kModels / "gpt_oss-f32";
+  const auto model = Model::load(dir);
+  const ModelConfig& c = model->config();
+  std::ifstream in(dir / "reference.json");
+  const auto ref = nlohmann::json::parse(in);
+  const auto& longest = ref["cases"][2];
+  const auto ids = longest["ids"].get<std::vector<int32_t>>();
+  ASSERT_EQ(ids.size(), 40u);
+  ThreadPool pool(2);
+  for (const int64_t batch : {int64_t(1), int64_t(3), int64_t(8)}) {
+    const int64_t n_ctx = 64;
+    EXPECT_EQ(KvStore::layer_positions(c, 0, n_ctx, batch), 8 + batch - 1);
+    EXPECT_EQ(KvStore::layer_positions(c, 1, n_ctx, batch), n_ctx);  // the full layer
+    EXPECT_EQ(KvStore::bytes_per_slot(c, n_ctx, batch),
+              (2 * (8 + batch - 1) + n_ctx) * 2 * c.kv_dim() * int64_t(sizeof(float)));
+    const auto runner = make_cpu_runner(*model, pool, n_ctx, batch, {}, 1);
+    EXPECT_EQ(runner->memory().kv_cache_bytes, KvStore::bytes_per_slot(c, n_ctx, batch));
+    std::vector<float> logits(ids.size() * size_t(c.n_vocab));
+    runner->forward(ids, 0, logits.data(), true);
+    double worst = 0.0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const auto row = longest["logits"][t].get<std::vector<float>>();
+      for (int64_t v = 0; v < c.n_vocab; ++v)
+        worst = std::max(worst, double(std::fabs(logits[t * size_t(c.n_vocab) + size_t(v)] - row[size_t(v)])));
+    }
+    EXPECT_LE(worst, 1e-3) << "batch " << batch;
+  }
 }
 
 }  // namespace
