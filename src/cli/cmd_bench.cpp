@@ -97,6 +97,7 @@ int run_bench(const BenchArgs& args) {
   const auto latencies = split_list(lists.io_latency_ms, "--io-latency-ms");
   const auto evictions = split_list(lists.eviction, "--eviction");
   const bool sweeps_predict = std::find(prefetches.begin(), prefetches.end(), "predict") != prefetches.end();
+  const bool sweeps_lowbit = std::find(misses.begin(), misses.end(), "lowbit") != misses.end();
   std::vector<StreamingFlags> combinations;
   for (const auto& cache : caches)
     for (const auto& miss : misses)
@@ -115,6 +116,9 @@ int run_bench(const BenchArgs& args) {
               one.prefetch_cap.clear();
               one.intent_share.clear();
             }
+            // The copies' folder is for the sweep's lowbit runs; --wait-above for those that do not wait.
+            if (miss != "lowbit" && sweeps_lowbit) one.lowbit.clear();
+            if (miss == "wait" && misses.size() > 1) one.wait_above.clear();
             streamer_options(one, int64_t(1) << 40);
             combinations.push_back(one);
           }

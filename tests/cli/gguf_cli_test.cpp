@@ -238,6 +238,16 @@ TEST_F(GgufCli, GgufFileStreamsInPlaceWithAPacksFlags) {
                       "lowbit", "--lowbit", copies.string()},
                      work_);
   EXPECT_EQ(made.exit_code, 0) << made.err;
+  // A bench sweep of wait and lowbit: the folder is for its lowbit runs.
+  const fs::path bench_prompts = work_ / "bench_prompts.jsonl";
+  std::ofstream(bench_prompts) << R"({"id": "a", "prompt": "The river keeps its own time"})"
+                               << "\n";
+  made = run_chronos(
+      {"bench", "-m", file.string(), "--prompts", bench_prompts.string(), "-n", "4", "--limit", "1", "--expert-cache",
+       "200KiB", "--on-miss", "wait,lowbit", "--lowbit", copies.string(), "--no-baseline"},
+      work_);
+  EXPECT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_NE(made.err.find("cache 200KiB lowbit"), std::string::npos) << made.err;  // the table is on stderr
   made = run_chronos({"generate", "-m", file.string(), "-p", "hi", "--lowbit", copies.string()}, work_);
   EXPECT_EQ(made.exit_code, 2) << made.err;
   EXPECT_NE(made.err.find("--lowbit applies to --on-miss lowbit"), std::string::npos) << made.err;
