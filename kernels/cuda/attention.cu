@@ -27,7 +27,7 @@ struct AttentionShape {
 };
 
 __global__ void attention_kernel(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t pos0,
-                                 AttentionShape s, int64_t window, float scale) {
+                                 AttentionShape s, int64_t window, float scale, const float* sinks) {
   extern __shared__ float shared_mem[];
   float* q_head = shared_mem;             // [key_width]
   float* acc = shared_mem + s.key_width;  // [value_width], element d owned by thread d % blockDim.x
@@ -84,16 +84,19 @@ __global__ void attention_kernel(float* out, const float* q, const float* k_cach
     }
     __syncthreads();  // tile_p and correction are rewritten by the next tile
   }
-  const float inv_sum = 1.0f / running_sum;
+  // A sink: one more logit in the denominator (its exp may overflow: the weights go to 0).
+  const float sum = sinks != nullptr ? running_sum + dm::exp_f32(sinks[h] - running_max) : running_sum;
+  const float inv_sum = 1.0f / sum;
   for (int64_t d = threadIdx.x; d < s.value_width; d += blockDim.x)
     out[t * s.out_stride + h * s.out_head_stride + d] = acc[d] * inv_sum;
 }
 
 void launch_attention(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens,
-                      int64_t pos0, const AttentionShape& s, int64_t window, float scale, cudaStream_t stream) {
+                      int64_t pos0, const AttentionShape& s, int64_t window, float scale, cudaStream_t stream,
+                      const float* sinks = nullptr) {
   const size_t shared_bytes = size_t(s.key_width + s.value_width) * sizeof(float);
   attention_kernel<<<unsigned(n_tokens * s.n_head), kThreads, shared_bytes, stream>>>(out, q, k_cache, v_cache, pos0, s,
-                                                                                      window, scale);
+                                                                                      window, scale, sinks);
   CHRONOS_CUDA_CHECK_LAUNCH("attention");
 }
 
@@ -142,14 +145,15 @@ __global__ void latent_output_kernel(float* out, const float* o_latent, const fl
 }  // namespace
 
 void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
-               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, float scale, cudaStream_t stream) {
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, float scale, cudaStream_t stream,
+               const float* sinks) {
   if (n_head_kv <= 0 || n_head % n_head_kv != 0)
     throw_cuda_error("CUDA attention: {} query heads do not group over {} kv heads", n_head, n_head_kv);
   if (n_tokens <= 0 || n_head <= 0 || head_dim <= 0) return;
   const int64_t q_dim = n_head * head_dim, kv_dim = n_head_kv * head_dim;
   const AttentionShape s{n_head, n_head / n_head_kv, q_dim, head_dim, head_dim, head_dim,
                          kv_dim, head_dim,           q_dim, head_dim};
-  launch_attention(out, q, k_cache, v_cache, n_tokens, pos0, s, window, scale, stream);
+  launch_attention(out, q, k_cache, v_cache, n_tokens, pos0, s, window, scale, stream, sinks);
 }
 
 void latent_attention(float* out, const float* q, const float* latent, const float* k_rot, float* cache,

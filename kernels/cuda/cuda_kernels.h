@@ -55,9 +55,11 @@ void kv_store(float* k_cache, float* v_cache, const float* k, const float* v, in
 // caches (keys 0 .. pos0 + t, or the last `window` of them when window > 0). q, out:
 // [n_tokens, n_head * head_dim]; caches [n_ctx, n_head_kv * head_dim]; query head h reads kv
 // head h / (n_head / n_head_kv); scores scaled by `scale`; softmax in f32 with a
-// running max (no score buffer the size of the context). Serves prefill and decode.
+// running max (no score buffer the size of the context). Serves prefill and decode. sinks
+// [n_head], when not null: head h's softmax has one more logit, sinks[h], without a value (gpt-oss).
 void attention(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t n_tokens, int64_t pos0,
-               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, float scale, cudaStream_t stream);
+               int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t window, float scale, cudaStream_t stream,
+               const float* sinks = nullptr);
 
 // Multi-head latent attention, absorbed (the CPU's CpuOps::attend_latent), for n_tokens rows at
 // positions pos0 + t of one sequence: stores each row's latent [n_tokens, rank] and rotary key
@@ -103,13 +105,19 @@ struct ExpertTask {
   const void* down;
   int32_t row_begin;
   int32_t row_end;
+  // The expert's projection biases (gpt-oss), device [n_ff], [n_ff], [n_embd]; null without.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
 };
 
 // All experts of one wave in one launch each: h[r, :] = silu(x[r] Wg^T) * (x[r] Wu^T)
-// ([rows, n_ff]) for every row r of every task, then y[r, :] = h[r] Wd^T ([rows, n_embd]).
+// ([rows, n_ff]) for every row r of every task, then y[r, :] = h[r] Wd^T ([rows, n_embd]), each
+// product plus the task's bias when it has one. swiglu_limit > 0: gpt-oss's clamped SwiGLU
+// (device_math.h clamped_swiglu_value) instead of silu(gate) * up.
 // tasks: device array of n_tasks. Rows not covered by a task are left untouched.
 void moe_gate_up(float* h, const float* x, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
-                 int64_t n_ff, cudaStream_t stream);
+                 int64_t n_ff, cudaStream_t stream, float swiglu_limit = 0.0f, float swiglu_alpha = 1.702f);
 void moe_down(float* y, const float* h, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
               int64_t n_ff, cudaStream_t stream);
 

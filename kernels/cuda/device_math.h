@@ -133,6 +133,14 @@ CHRONOS_HD inline float silu_mul_value(float gate, float up) { return gate / (1.
 
 CHRONOS_HD inline float sigmoid(float value) { return 1.0f / (1.0f + exp_f32(-value)); }
 
+// gpt-oss's clamped SwiGLU, as the CPU's clamped_swiglu writes it (std::min and std::clamp's NaN
+// behaviour): min(gate, limit) * sigmoid(alpha * that) * (clamp(up, -limit, limit) + 1).
+CHRONOS_HD inline float clamped_swiglu_value(float gate, float up, float limit, float alpha) {
+  const float g = limit < gate ? limit : gate;
+  const float u = up < -limit ? -limit : (limit < up ? limit : up);
+  return g / (1.0f + exp_f32(-alpha * g)) * (u + 1.0f);
+}
+
 // rmsnorm's 1 / sqrt(mean(x^2) + eps) from the row's sum of squares; the element is then
 // rmsnorm_value(x, scale, weight) = x * scale * weight, multiplied in that order as the CPU does.
 CHRONOS_HD inline float rms_scale(float sum_sq, int64_t n, float eps) {

@@ -11,9 +11,11 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;  // output rows per block
 
-// h[r, f] = silu(x[r] · Wg[f]) * (x[r] · Wu[f]) for the task's rows r.
+// h[r, f] = silu(x[r] · Wg[f] + bg[f]) * (x[r] · Wu[f] + bu[f]) for the task's rows r (biases when
+// the task has them; the clamped SwiGLU when limit > 0).
 template <DType D>
-__global__ void moe_gate_up_kernel(float* h, const float* x, const ExpertTask* tasks, int64_t n_embd, int64_t n_ff) {
+__global__ void moe_gate_up_kernel(float* h, const float* x, const ExpertTask* tasks, int64_t n_embd, int64_t n_ff,
+                                   float limit, float alpha) {
   const ExpertTask task = tasks[blockIdx.y];
   const int lane = int(threadIdx.x) % kWarpSize;
   const int64_t f = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
@@ -27,8 +29,11 @@ __global__ void moe_gate_up_kernel(float* h, const float* x, const ExpertTask* t
     row_dot_partial<D>(up, task.up, f, n_embd, x + r0 * n_embd, n_embd, n_rows, vec);
 #pragma unroll
     for (int t = 0; t < kTokenGroup; ++t) {
-      const float g = warp_sum(gate[t]), u = warp_sum(up[t]);
-      if (lane == 0 && t < n_rows) h[(r0 + t) * n_ff + f] = dm::silu_mul_value(g, u);
+      float g = warp_sum(gate[t]), u = warp_sum(up[t]);
+      if (task.gate_bias != nullptr) g += task.gate_bias[f];
+      if (task.up_bias != nullptr) u += task.up_bias[f];
+      if (lane == 0 && t < n_rows)
+        h[(r0 + t) * n_ff + f] = limit > 0.0f ? dm::clamped_swiglu_value(g, u, limit, alpha) : dm::silu_mul_value(g, u);
     }
   }
 }
@@ -47,7 +52,8 @@ __global__ void moe_down_kernel(float* y, const float* h, const ExpertTask* task
     row_dot_partial<D>(acc, task.down, e, n_ff, h + r0 * n_ff, n_ff, n_rows, vec);
 #pragma unroll
     for (int t = 0; t < kTokenGroup; ++t) {
-      const float sum = warp_sum(acc[t]);
+      float sum = warp_sum(acc[t]);
+      if (task.down_bias != nullptr) sum += task.down_bias[e];
       if (lane == 0 && t < n_rows) y[(r0 + t) * n_embd + e] = sum;
     }
   }
@@ -60,12 +66,12 @@ dim3 expert_grid(int64_t out_rows, int32_t n_tasks) {
 }  // namespace
 
 void moe_gate_up(float* h, const float* x, const ExpertTask* tasks, int32_t n_tasks, DType dtype, int64_t n_embd,
-                 int64_t n_ff, cudaStream_t stream) {
+                 int64_t n_ff, cudaStream_t stream, float swiglu_limit, float swiglu_alpha) {
   if (n_tasks <= 0 || n_ff <= 0) return;
   require_whole_blocks(dtype, n_embd, "moe_gate_up", "gate/up");
   with_weight_dtype(dtype, "moe_gate_up", [&](auto d) {
-    moe_gate_up_kernel<decltype(d)::value>
-        <<<expert_grid(n_ff, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(h, x, tasks, n_embd, n_ff);
+    moe_gate_up_kernel<decltype(d)::value><<<expert_grid(n_ff, n_tasks), kWarpsPerBlock * kWarpSize, 0, stream>>>(
+        h, x, tasks, n_embd, n_ff, swiglu_limit, swiglu_alpha);
   });
   CHRONOS_CUDA_CHECK_LAUNCH("moe_gate_up");
 }

@@ -12,12 +12,14 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <string>
 
 #include "chronos/backend.h"
 #include "chronos/error.h"
 #include "chronos/expert_streamer.h"
 #include "chronos/generate.h"
 #include "chronos/model_runner.h"
+#include "chronos/ops.h"
 #include "chronos/pack.h"
 #include "chronos/pack_format.h"
 #include "chronos/thread_pool.h"
@@ -77,6 +79,15 @@ class CudaParity : public ::testing::TestWithParam<const char*> {};
 // that path gets 5e-3.
 TEST_P(CudaParity, LogitsMatchTheCpuRunner) {
   REQUIRE_CUDA(backend);
+  // Block-typed experts (gpt-oss's MXFP4): the CPU on its exact path, f32 activations as CUDA's
+  // kernels take them (its default 8-bit activations are judged by the quantized-type tests).
+  const ops::BlockActivationMode saved = ops::block_activation_mode();
+  struct Restore {
+    ops::BlockActivationMode mode;
+    ~Restore() { ops::set_block_activation_mode(mode); }
+  } restore{saved};
+  if (std::string(GetParam()).find("mxfp4") != std::string::npos)
+    ops::set_block_activation_mode(ops::BlockActivationMode::kF32);
   auto model = Model::load(fixture(GetParam()));
   const ModelConfig& c = model->config();
   std::vector<int32_t> prompt(40);
@@ -144,7 +155,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity,
                          ::testing::Values("mixtral-f32", "mixtral-bf16", "mixtral-tied-f32", "qwen2_moe-f32",
                                            "qwen2_moe-bf16", "qwen3_moe-f32", "qwen3_moe-bf16", "olmoe-f32",
                                            "olmoe-bf16", "glm4_moe-f32", "glm4_moe-plain-f32", "minimax_m2-f32",
-                                           "deepseek_v3-f32", "deepseek_v2-f32", "glm4_moe_lite-f32"));
+                                           "deepseek_v3-f32", "deepseek_v2-f32", "glm4_moe_lite-f32", "gpt_oss-f32",
+                                           "gpt_oss-bf16", "gpt_oss-mxfp4"));
 
 class CudaStreaming : public ::testing::Test {
  protected:

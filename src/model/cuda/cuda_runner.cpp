@@ -127,14 +127,13 @@ class CudaOps final : public DeviceOps {
 
   void attend(float* out, const float* q, const float* k, const float* v, int64_t layer, int64_t window,
               const float* sinks) override {
-    CHRONOS_CHECK_MSG(sinks == nullptr, "attention sinks on CUDA (make_cuda_runner refuses such models)");
     const int64_t q_dim = cfg_.q_dim(), kv_dim = cfg_.kv_dim();
     for (const Run& r : runs_) {
       float* kc = kv_->k(r.slot, layer, 0);
       float* vc = kv_->v(r.slot, layer, 0);
       cuda::kv_store(kc, vc, k + r.begin * kv_dim, v + r.begin * kv_dim, r.count, kv_dim, r.pos0, stream_);
       cuda::attention(out + r.begin * q_dim, q + r.begin * q_dim, kc, vc, r.count, r.pos0, cfg_.n_head, cfg_.n_head_kv,
-                      cfg_.head_dim, window, cfg_.softmax_scale(), stream_);
+                      cfg_.head_dim, window, cfg_.softmax_scale(), stream_, sinks);
     }
   }
 
@@ -182,6 +181,10 @@ class CudaOps final : public DeviceOps {
   void expert_wave(int64_t layer, const MoePlan& plan, std::span<const int32_t> ids,
                    std::span<const FfnWeights* const> views) override {
     const int64_t d = cfg_.n_embd, n_ff = cfg_.n_ff_expert;
+    const LayerViews& l = views_.layers[size_t(layer)];
+    const auto bias_of = [](const float* biases, int32_t expert, int64_t width) {
+      return biases != nullptr ? biases + int64_t(expert) * width : nullptr;
+    };
     // Experts may mix types (a K type's 32-weight fallback on short rows; a GGUF file's Q4_K_M
     // with Q6_K down projections in some layers).
     typed_tasks_.clear();
@@ -193,7 +196,9 @@ class CudaOps final : public DeviceOps {
                     layer, ids[i], dtype_name(w.gate.dtype), dtype_name(w.up.dtype));
       typed_tasks_.push_back(
           {w.gate.dtype, w.down.dtype,
-           cuda::ExpertTask{w.gate.data, w.up.data, w.down.data, plan.row_begin(ids[i]), plan.row_end(ids[i])}});
+           cuda::ExpertTask{w.gate.data, w.up.data, w.down.data, plan.row_begin(ids[i]), plan.row_end(ids[i]),
+                            bias_of(l.expert_gate_bias, ids[i], n_ff), bias_of(l.expert_up_bias, ids[i], n_ff),
+                            bias_of(l.expert_down_bias, ids[i], d)}});
     }
     std::stable_sort(typed_tasks_.begin(), typed_tasks_.end(), [](const TypedTask& a, const TypedTask& b) {
       return std::pair(int(a.gate), int(a.down)) < std::pair(int(b.gate), int(b.down));
@@ -207,7 +212,8 @@ class CudaOps final : public DeviceOps {
       const int32_t n_tasks = int32_t(end - begin);
       cuda::ExpertTask* tasks = tasks_ + task_base_ + begin;
       to_device(tasks, host_tasks_ + task_base_ + begin, n_tasks * int64_t(sizeof(cuda::ExpertTask)));
-      cuda::moe_gate_up(act_.ff_gate, act_.ff_in, tasks, n_tasks, typed_tasks_[begin].gate, d, n_ff, stream_);
+      cuda::moe_gate_up(act_.ff_gate, act_.ff_in, tasks, n_tasks, typed_tasks_[begin].gate, d, n_ff, stream_,
+                        cfg_.swiglu_limit, cfg_.swiglu_alpha);
       cuda::moe_down(act_.ff_down, act_.ff_gate, tasks, n_tasks, typed_tasks_[begin].down, d, n_ff, stream_);
       begin = end;
     }
@@ -300,6 +306,8 @@ class CudaOps final : public DeviceOps {
       d.bq = upload_floats(h.bq, dense);
       d.bk = upload_floats(h.bk, dense);
       d.bv = upload_floats(h.bv, dense);
+      d.bo = upload_floats(h.bo, dense);
+      d.sinks = upload_floats(h.sinks, dense);
       d.q_norm = upload_floats(h.q_norm, dense);
       d.k_norm = upload_floats(h.k_norm, dense);
       d.wq_a = upload_weight(h.wq_a, dense);
@@ -312,6 +320,10 @@ class CudaOps final : public DeviceOps {
       if (cfg_.is_moe_layer(int64_t(il))) {
         d.router = upload_weight(h.router, dense);
         d.router_bias = upload_floats(h.router_bias, dense);
+        d.router_logit_bias = upload_floats(h.router_logit_bias, dense);
+        d.expert_gate_bias = upload_floats(h.expert_gate_bias, dense);
+        d.expert_up_bias = upload_floats(h.expert_up_bias, dense);
+        d.expert_down_bias = upload_floats(h.expert_down_bias, dense);
         if (h.shared.present()) d.shared = upload_ffn(h.shared, dense);
         d.shared_gate = upload_weight(h.shared_gate, dense);
         if (!model_.experts_streamed())
@@ -550,12 +562,6 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backe
   CHRONOS_CHECK(n_ctx > 0 && batch > 0 && n_seq > 0);
   if (model.experts_streamed() && hooks.experts == nullptr)
     throw_error("a pack folder's experts need an expert streamer");
-  const ModelConfig& c = model.config();
-  if (c.attn_sinks || c.attn_o_bias || c.router_logit_bias || c.expert_bias || c.swiglu_limit > 0.0f)
-    throw_error(
-        "the CUDA runner does not run {} models yet (attention sinks, biased experts, the clamped SwiGLU); "
-        "run it on the CPU",
-        c.arch_name());
   return std::make_unique<CudaRunner>(model, *cuda, n_ctx, batch, std::move(hooks), n_seq);
 }
 
