@@ -101,8 +101,9 @@ WidenResult widen_model(const fs::path& model_dir, const fs::path& out_dir, cons
   WidenResult result;
   result.old_expert_ffn = cfg.n_ff_expert;
   if (arch_spec(cfg.arch).expert_ffn_key == nullptr)
-    throw UsageError(fmt::format("{}: {} experts cannot be widened alone (its shared experts' width follows theirs)",
-                                 model_dir.string(), cfg.arch_name()));
+    throw UsageError(fmt::format(
+        "{}: {} experts cannot be widened ({})", model_dir.string(), cfg.arch_name(),
+        cfg.expert_bias ? "they are fused per layer, with biases" : "its shared experts' width follows theirs"));
   if (options.expert_ffn <= cfg.n_ff_expert)
     throw UsageError(fmt::format("--expert-ffn {} must be larger than the expert FFN size {} of {}", options.expert_ffn,
                                  cfg.n_ff_expert, model_dir.string()));

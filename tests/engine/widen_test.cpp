@@ -213,6 +213,19 @@ TEST_F(WidenTest, RefusesBlockQuantizedWeights) {
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
+// gpt-oss's experts are fused per layer with biases: refused by name, saying why.
+TEST_F(WidenTest, RefusesGptOss) {
+  try {
+    widen_model(kModels / "gpt_oss-f32", dir_ / "out", {.expert_ffn = kWideFfn});
+    ADD_FAILURE() << "widened gpt-oss";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpt-oss experts cannot be widened (they are fused per layer, with biases)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
 TEST_F(WidenTest, RefusesAnExistingOutputFolder) {
   fs::create_directories(dir_ / "out");
   std::ofstream(dir_ / "out" / "keep.txt") << "mine";
