@@ -22,7 +22,6 @@ struct PackManifest;
 class ThreadPool;
 class Stream;
 struct GgufTensors;
-struct PresentedTensors;
 class DeviceOps;
 struct ForwardState;
 
@@ -350,8 +349,7 @@ class Model {
 
   ModelConfig config_;
   TensorStore store_;
-  std::shared_ptr<const PresentedTensors> presented_;  // made by the architecture from store_'s (gpt-oss)
-  std::shared_ptr<const GgufTensors> gguf_;            // a model loaded from one .gguf file
+  std::shared_ptr<const GgufTensors> gguf_;  // a model loaded from one .gguf file
   std::string gguf_config_json_;
   std::shared_ptr<const PackManifest> gguf_experts_;  // its experts, when streamed in place
   ModelWeights weights_;

@@ -20,8 +20,16 @@ class ReplySplitter {
   virtual ~ReplySplitter() = default;
   // The parts of the text so far that are settled: a tail that may be the start of a marker is held
   // back until the next push or finish.
-  virtual ReasoningParts push(std::string_view text) = 0;
-  virtual ReasoningParts finish() = 0;
+  ReasoningParts push(std::string_view text) {
+    pending_.append(text);
+    return drain(false);
+  }
+  ReasoningParts finish() { return drain(true); }
+
+ protected:
+  // Splits what is settled of pending_ (all of it when final) and erases it from pending_.
+  virtual ReasoningParts drain(bool final) = 0;
+  std::string pending_;
 };
 
 class ReasoningSplitter final : public ReplySplitter {
@@ -32,14 +40,11 @@ class ReasoningSplitter final : public ReplySplitter {
 
   // The parts of the text so far that are settled: a tail that may be the start of a tag is held
   // back until the next push or finish. The blank lines that follow a closing tag are dropped.
-  ReasoningParts push(std::string_view text) override;
-  ReasoningParts finish() override;
   bool inside() const { return inside_; }
 
  private:
-  ReasoningParts drain(bool final);
+  ReasoningParts drain(bool final) override;
   std::string open_, close_;
-  std::string pending_;
   bool inside_;
   bool after_close_ = false;  // just past a closing tag: whitespace is dropped until the answer starts
 };
@@ -53,12 +58,9 @@ class ReasoningSplitter final : public ReplySplitter {
 class HarmonySplitter final : public ReplySplitter {
  public:
   explicit HarmonySplitter(bool in_body = false, std::string channel = "final");
-  ReasoningParts push(std::string_view text) override;
-  ReasoningParts finish() override;
 
  private:
-  ReasoningParts drain(bool final);
-  std::string pending_;
+  ReasoningParts drain(bool final) override;
   std::string header_;  // the header read so far, when not in a body
   bool in_body_;
   bool analysis_;  // the current body's channel is analysis

@@ -52,9 +52,12 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-namespace io_detail {
-struct MadeTensor;
-}
+// A tensor made from others rather than mapped: its TensorInfo points into `bytes`, or into a
+// tensor it is a slice of (whose owner keeps it alive).
+struct MadeTensor {
+  TensorInfo info;
+  std::vector<std::byte> bytes;
+};
 
 // All tensors of a model folder: model.safetensors, or model.safetensors.index.json and its
 // shards (every weight_map entry must exist in its shard; names unique across shards), or any
@@ -71,13 +74,17 @@ class TensorStore {
   int64_t total_bytes() const;
   // The __metadata__ value of `key` in the first file that has it.
   std::optional<std::string> metadata(std::string_view key) const;
+  // Lists `made` in place of the tensors named `replaced` (an architecture's split of fused
+  // weights, as open() presents MXFP4 pairs): find() and all() see the made ones from then on,
+  // and the store keeps them, and what they slice, alive.
+  void present(std::span<const std::string> replaced, std::vector<std::shared_ptr<const MadeTensor>> made);
 
  private:
   static TensorStore open_files(const std::filesystem::path& dir_or_file);
 
   std::filesystem::path source_;  // what open() was given, for error messages
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
-  std::vector<std::shared_ptr<const io_detail::MadeTensor>> made_;  // the MXFP4 pairs, repacked
+  std::vector<std::shared_ptr<const MadeTensor>> made_;  // the MXFP4 pairs repacked, and present()'s
   std::map<std::string, const TensorInfo*, std::less<>> by_name_;
 };
 

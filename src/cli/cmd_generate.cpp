@@ -54,8 +54,7 @@ struct GenerateArgs {
   ChatFlags chat_flags;
   int threads = 0;
   int64_t ctx_size = 0;
-  int64_t batch_size =
-      128;  // prefill: 128 beat 64 in 8 of 10 side-by-side runs, 64 beat 32 by 10-25% (docs/quantization.md)
+  int64_t batch_size = kDefaultPrefillBatch;
   std::string stats_json;
   bool verbose = false;
   StreamingFlags streaming;

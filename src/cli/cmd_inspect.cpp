@@ -19,8 +19,6 @@
 namespace chronos::cli {
 namespace {
 
-constexpr int64_t kInspectBatch = 128;  // generate's default -b: the rows a sliding layer's ring adds
-
 // ", window W on N of M layers" (or on every layer), or nothing for full attention everywhere.
 std::string windows_text(const ModelConfig& c) {
   int64_t windowed = 0, window = 0;
@@ -174,7 +172,7 @@ int run_inspect(const InspectArgs& args) {
     MemoryHere m;
     m.available = available_memory();
     m.kv_ctx = std::min<int64_t>(c.n_ctx_train, 4096);
-    m.kv_bytes = KvStore::bytes_per_slot(c, m.kv_ctx, kInspectBatch);
+    m.kv_bytes = KvStore::bytes_per_slot(c, m.kv_ctx, kDefaultPrefillBatch);
     m.auto_budget = auto_expert_budget(m.available, s.expert_bytes, s.dense_bytes + m.kv_bytes);
     memory = m;
   } catch (const Error& e) {
@@ -201,15 +199,16 @@ int run_inspect(const InspectArgs& args) {
   // Layers with their own window (gpt-oss) keep a ring of window + batch - 1 positions.
   int64_t ring_layers = 0, ring = 0;
   for (int64_t il = 0; il < c.n_layer; ++il)
-    if (const int64_t kept = KvStore::layer_positions(c, il, c.n_ctx_train, kInspectBatch); kept < c.n_ctx_train) {
+    if (const int64_t kept = KvStore::layer_positions(c, il, c.n_ctx_train, kDefaultPrefillBatch);
+        kept < c.n_ctx_train) {
       ++ring_layers;
       ring = kept;
     }
   const std::string ring_text =
-      ring_layers == 0
-          ? ""
-          : fmt::format("; {} sliding layers keep their last {} positions at -b {}, {} per sequence", ring_layers, ring,
-                        kInspectBatch, human_bytes(ring_layers * ring * 2 * c.kv_dim() * int64_t(sizeof(float))));
+      ring_layers == 0 ? ""
+                       : fmt::format("; {} sliding layers keep their last {} positions at -b {}, {} per sequence",
+                                     ring_layers, ring, kDefaultPrefillBatch,
+                                     human_bytes(ring_layers * ring * 2 * c.kv_dim() * int64_t(sizeof(float))));
   // MLA's cache against the keys and values its heads would have expanded (f32 both).
   const int64_t kv_expanded_bytes_per_token =
       c.mla() ? c.n_layer * c.n_head * (c.head_dim + c.v_head_dim) * int64_t(sizeof(float)) : kv_bytes_per_token;

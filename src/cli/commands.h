@@ -5,11 +5,16 @@
 
 #include "chronos/file_util.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
 
 namespace chronos::cli {
+
+// generate's default prompt tokens per prefill step (-b): 128 beat 64 in 8 of 10 side-by-side runs,
+// 64 beat 32 by 10-25% (docs/quantization.md). inspect sizes the sliding layers' KV ring with it.
+inline constexpr int64_t kDefaultPrefillBatch = 128;
 
 // A registered subcommand and what to run when it is chosen.
 struct Command {

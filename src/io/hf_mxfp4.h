@@ -28,12 +28,6 @@ inline void hf_mxfp4_block_to_gguf(const uint8_t* hf_nibbles, uint8_t scale, uin
   }
 }
 
-// A tensor made from others rather than mapped: its TensorInfo points into `bytes`.
-struct MadeTensor {
-  TensorInfo info;
-  std::vector<std::byte> bytes;
-};
-
 // Finds every X_blocks / X_scales pair among `tensors`, checks it and returns the tensors X it
 // presents: shape [..., rows, 32 * groups] of MXFP4, file and file_offset those of X_blocks.
 // Blocks may be [..., rows, groups, 16] (as saved) or [..., rows, 16 * groups] (flattened), scales

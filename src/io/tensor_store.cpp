@@ -60,6 +60,15 @@ TensorStore TensorStore::open(const std::filesystem::path& dir_or_file) {
   return store;
 }
 
+void TensorStore::present(std::span<const std::string> replaced, std::vector<std::shared_ptr<const MadeTensor>> made) {
+  for (const std::string& name : replaced) by_name_.erase(name);
+  for (auto& tensor : made) {
+    const auto [it, inserted] = by_name_.emplace(tensor->info.name, &tensor->info);
+    if (!inserted) throw_error("{}: tensor {} is made from others and also stored", it->second->file, it->first);
+    made_.push_back(std::move(tensor));
+  }
+}
+
 TensorStore TensorStore::open_files(const std::filesystem::path& dir_or_file) {
   TensorStore store;
   store.source_ = dir_or_file;

@@ -259,17 +259,7 @@ int64_t FfnWeights::n_bytes() const {
 
 Model::~Model() = default;
 
-std::vector<const TensorInfo*> Model::all_tensors() const {
-  if (gguf_) return gguf_->all();
-  std::vector<const TensorInfo*> out = store_.all();
-  if (!presented_) return out;
-  std::erase_if(out, [&](const TensorInfo* t) {
-    return std::find(presented_->consumed.begin(), presented_->consumed.end(), t->name) != presented_->consumed.end();
-  });
-  for (const auto& t : presented_->tensors) out.push_back(&t->info);
-  std::sort(out.begin(), out.end(), [](const TensorInfo* a, const TensorInfo* b) { return a->name < b->name; });
-  return out;
-}
+std::vector<const TensorInfo*> Model::all_tensors() const { return gguf_ ? gguf_->all() : store_.all(); }
 
 const GgufFile* Model::gguf_file() const { return gguf_ ? gguf_->file.get() : nullptr; }
 
@@ -295,17 +285,14 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   const bool stream_gguf = gguf && options.stream_gguf_experts;
   model->experts_streamed_ = pack || stream_gguf;
   std::map<ExpertKey, GgufExpertSlices> slices;
-  if (!gguf) model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
+  if (!gguf) {
+    model->store_ = TensorStore::open(pack ? dir / "dense.safetensors" : dir);
+    // Tensors the architecture makes from the checkpoint's own, in their place (arch.h).
+    if (const auto present = arch_spec(c.arch).present) present(model->store_, c, dir.string());
+  }
   const TensorStore& store = model->store_;
   const GgufTensors* gguf_tensors = model->gguf_.get();
-  // Tensors the architecture makes from the checkpoint's own (arch.h), found before the stored ones.
-  std::map<std::string, const TensorInfo*, std::less<>> presented;
-  if (const auto present = arch_spec(c.arch).present; present != nullptr && !gguf) {
-    model->presented_ = std::make_shared<const PresentedTensors>(present(store, c, dir.string()));
-    for (const auto& t : model->presented_->tensors) presented.emplace(t->info.name, &t->info);
-  }
-  const auto find = [&](std::string_view name) -> const TensorInfo* {
-    if (const auto it = presented.find(name); it != presented.end()) return it->second;
+  const auto find = [&](std::string_view name) {
     return gguf_tensors != nullptr ? gguf_tensors->find(name) : store.find(name);
   };
   const auto quantized = gguf ? std::map<std::string, QuantizedTensor, std::less<>>{}
@@ -430,8 +417,6 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   }
   if (c.mla())
     for (LayerWeights& layer : w.layers) split_kv_b(c, layer);
-  if (model->presented_)
-    for (const std::string& name : model->presented_->consumed) used.insert(name);
   if (c.tie_word_embeddings) {
     w.output = w.tok_embd;
     if (find("lm_head.weight") != nullptr) used.insert("lm_head.weight");

@@ -24,13 +24,6 @@ bool is_blank(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; 
 ReasoningSplitter::ReasoningSplitter(bool inside, std::string open_tag, std::string close_tag)
     : open_(std::move(open_tag)), close_(std::move(close_tag)), inside_(inside) {}
 
-ReasoningParts ReasoningSplitter::push(std::string_view text) {
-  pending_.append(text);
-  return drain(false);
-}
-
-ReasoningParts ReasoningSplitter::finish() { return drain(true); }
-
 ReasoningParts ReasoningSplitter::drain(bool final) {
   ReasoningParts out;
   std::string_view rest = pending_;
@@ -89,13 +82,6 @@ size_t partial_marker(std::string_view text) {
 
 HarmonySplitter::HarmonySplitter(bool in_body, std::string channel)
     : in_body_(in_body), analysis_(channel == "analysis") {}
-
-ReasoningParts HarmonySplitter::push(std::string_view text) {
-  pending_.append(text);
-  return drain(false);
-}
-
-ReasoningParts HarmonySplitter::finish() { return drain(true); }
 
 ReasoningParts HarmonySplitter::drain(bool final) {
   ReasoningParts out;

@@ -66,18 +66,6 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
-// Tensors an architecture makes from a checkpoint's own before they are bound (gpt-oss's fused
-// experts, split per expert): each a copy in `bytes`, or a slice whose data points into the stored
-// tensor. `consumed` names the stored tensors they replace.
-struct PresentedTensor {
-  TensorInfo info;
-  std::vector<std::byte> bytes;
-};
-struct PresentedTensors {
-  std::vector<std::unique_ptr<PresentedTensor>> tensors;
-  std::vector<std::string> consumed;
-};
-
 // What the common part of config_json_from_gguf (gguf_config.cpp) found in a GGUF file, for the
 // architecture's own keys.
 struct GgufFacts {
@@ -136,9 +124,10 @@ struct ArchSpec {
   // sizes other tensors too and widening is refused.
   const char* expert_ffn_key;
   double partial_rotary_default = 1.0;  // the rotary share of a head when config.json does not say
-  // Tensors made from a safetensors checkpoint's own before binding (null: none); `source` names the
-  // checkpoint in errors. A pack stores what it made under their names, so it finds none to make.
-  PresentedTensors (*present)(const TensorStore& store, const ModelConfig& config, const std::string& source) = nullptr;
+  // Lists in a safetensors checkpoint's store the tensors made from its own (gpt-oss's fused experts,
+  // split per expert) in their place, before binding (null: none; TensorStore::present); `source`
+  // names the checkpoint in errors. A pack stores what was made under those names: nothing to make.
+  void (*present)(TensorStore& store, const ModelConfig& config, const std::string& source) = nullptr;
 };
 
 const ArchSpec& arch_mixtral();

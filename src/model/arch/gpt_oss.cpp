@@ -8,7 +8,8 @@
 // alternating columns) and down_proj [E, I, H] in bf16, or as released gate_up_proj [E, 2I, H] and
 // down_proj [E, H, I] in MXFP4 (the *_blocks / *_scales pairs the tensor store presents as one
 // tensor, rows the outputs). present() splits them into the per-expert gate/up/down matrices the
-// engine binds, under the names a pack stores them by, and the gate_up bias into two.
+// engine binds, under the names a pack stores them by, and the gate_up bias into two, listed in
+// the tensor store in the fused tensors' place (TensorStore::present).
 #include <fmt/format.h>
 
 #include <cstring>
@@ -78,10 +79,12 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
-// A presented tensor: a copy made here (bytes) or a slice of a stored one (data points into it).
-PresentedTensor& add(PresentedTensors& out, std::string name, DType dtype, std::vector<int64_t> shape,
-                     const TensorInfo& from) {
-  auto& t = *out.tensors.emplace_back(std::make_unique<PresentedTensor>());
+// A made tensor: a copy made here (bytes) or a slice of a stored one (data points into it).
+MadeTensor& add(std::vector<std::shared_ptr<const MadeTensor>>& out, std::string name, DType dtype,
+                std::vector<int64_t> shape, const TensorInfo& from) {
+  auto made = std::make_shared<MadeTensor>();
+  MadeTensor& t = *made;
+  out.push_back(std::move(made));
   t.info.name = std::move(name);
   t.info.dtype = dtype;
   t.info.shape = std::move(shape);
@@ -91,8 +94,8 @@ PresentedTensor& add(PresentedTensors& out, std::string name, DType dtype, std::
   return t;
 }
 
-void split_layer(const TensorStore& store, const ModelConfig& c, const std::string& source, int64_t il,
-                 PresentedTensors& out) {
+// One layer's fused experts and bias, split and listed in their place.
+void split_layer(TensorStore& store, const ModelConfig& c, const std::string& source, int64_t il) {
   const std::string p = fmt::format("model.layers.{}.mlp.experts.", il);
   const TensorInfo* gate_up = store.find(p + "gate_up_proj");
   const TensorInfo* down = store.find(p + "down_proj");
@@ -116,13 +119,14 @@ void split_layer(const TensorStore& store, const ModelConfig& c, const std::stri
   const TensorInfo& dn = need(down, "down_proj", {E, I, H}, {E, H, I});
   const TensorInfo& gub = need(gate_up_bias, "gate_up_proj_bias", {E, 2 * I}, {E, 2 * I});
   if (gub.dtype == DType::kMXFP4) throw_error("{}: tensor {}: a bias cannot be MXFP4", gub.file, gub.name);
-  out.consumed.insert(out.consumed.end(), {gu.name, dn.name, gub.name});
+  const std::vector<std::string> fused = {gu.name, dn.name, gub.name};
+  std::vector<std::shared_ptr<const MadeTensor>> out;
   const auto* gu_bytes = reinterpret_cast<const uint8_t*>(gu.data);
   const auto* dn_bytes = reinterpret_cast<const uint8_t*>(dn.data);
   for (int64_t e = 0; e < E; ++e) {
     const std::string q = fmt::format("{}{}.", p, e);
-    PresentedTensor& g = add(out, q + "gate_proj.weight", gu.dtype, {I, H}, gu);
-    PresentedTensor& u = add(out, q + "up_proj.weight", gu.dtype, {I, H}, gu);
+    MadeTensor& g = add(out, q + "gate_proj.weight", gu.dtype, {I, H}, gu);
+    MadeTensor& u = add(out, q + "up_proj.weight", gu.dtype, {I, H}, gu);
     g.bytes.resize(size_t(g.info.n_bytes));
     u.bytes.resize(size_t(u.info.n_bytes));
     if (gu.dtype == DType::kMXFP4) {  // rows are outputs: gate the even ones, up the odd ones
@@ -143,7 +147,7 @@ void split_layer(const TensorStore& store, const ModelConfig& c, const std::stri
     }
     g.info.data = g.bytes.data();
     u.info.data = u.bytes.data();
-    PresentedTensor& d = add(out, q + "down_proj.weight", dn.dtype, {H, I}, dn);
+    MadeTensor& d = add(out, q + "down_proj.weight", dn.dtype, {H, I}, dn);
     if (dn.dtype == DType::kMXFP4) {  // [H, I] per expert as stored: a slice, no copy
       d.info.data = reinterpret_cast<const std::byte*>(dn_bytes + e * d.info.n_bytes);
       d.info.file_offset = dn.file_offset + e * d.info.n_bytes;
@@ -159,8 +163,8 @@ void split_layer(const TensorStore& store, const ModelConfig& c, const std::stri
   }
   // The fused bias: gate and up alternating, as the matrix's outputs.
   const int64_t size = dtype_size(gub.dtype);
-  PresentedTensor& gb = add(out, p + "gate_proj_bias", gub.dtype, {E, I}, gub);
-  PresentedTensor& ub = add(out, p + "up_proj_bias", gub.dtype, {E, I}, gub);
+  MadeTensor& gb = add(out, p + "gate_proj_bias", gub.dtype, {E, I}, gub);
+  MadeTensor& ub = add(out, p + "up_proj_bias", gub.dtype, {E, I}, gub);
   gb.bytes.resize(size_t(gb.info.n_bytes));
   ub.bytes.resize(size_t(ub.info.n_bytes));
   const auto* bias = reinterpret_cast<const uint8_t*>(gub.data);
@@ -170,12 +174,11 @@ void split_layer(const TensorStore& store, const ModelConfig& c, const std::stri
   }
   gb.info.data = gb.bytes.data();
   ub.info.data = ub.bytes.data();
+  store.present(fused, std::move(out));
 }
 
-PresentedTensors present(const TensorStore& store, const ModelConfig& c, const std::string& source) {
-  PresentedTensors out;
-  for (int64_t il = 0; il < c.n_layer; ++il) split_layer(store, c, source, il, out);
-  return out;
+void present(TensorStore& store, const ModelConfig& c, const std::string& source) {
+  for (int64_t il = 0; il < c.n_layer; ++il) split_layer(store, c, source, il);
 }
 
 // llama.cpp's gpt-oss files: every layer MoE, the sliding window on every other layer from the
