@@ -30,7 +30,8 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, Mi
                           MiniMaxM2Config, MiniMaxM2ForCausalLM,
                           OlmoeConfig, OlmoeForCausalLM,
                           PreTrainedTokenizerFast, Qwen2MoeConfig,
-                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3NextConfig,
+                          Qwen3NextForCausalLM)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "models"
@@ -47,6 +48,9 @@ QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^
 
 N_NEW_TOKENS = 32
 PROMPT_LENGTHS = (5, 12, 40)
+# Models with a chunked prefill (Gated DeltaNet: transformers' chunks of 64) add one longer prompt,
+# and each prompt's logits in float64, one token at a time (logits_f64).
+LONG_PROMPT_LENGTHS = PROMPT_LENGTHS + (150,)
 TEXT_PROMPT = "The river keeps its own time, and the"
 CHAT_MESSAGES = [{"role": "user", "content": "Tell me about the old mill."}]
 
@@ -122,9 +126,12 @@ VARIANTS = [
     ("gpt_oss-f32", "gpt_oss", torch.float32, {}),
     ("gpt_oss-bf16", "gpt_oss", torch.bfloat16, {}),
     ("gpt_oss-mxfp4", "gpt_oss", torch.float32, {"mxfp4": True}),
+    ("qwen3_next-f32", "qwen3_next", torch.float32, {"long": True}),
+    ("qwen3_next-bf16", "qwen3_next", torch.bfloat16, {"long": True}),
 ]
 ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66,
-              "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99, "gpt_oss": 110}
+              "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99, "gpt_oss": 110,
+              "qwen3_next": 121}
 
 # DeepSeek's YaRN with both mscales present and different, so the rotary attention factor
 # (mscale / mscale_all_dim) and the softmax scale (mscale_all_dim squared) both differ from 1.
@@ -246,6 +253,21 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
                                     "original_max_position_embeddings": 64, "beta_fast": 32.0,
                                     "beta_slow": 1.0, "truncate": False})
         return GptOssConfig(**oss), GptOssForCausalLM
+    if arch == "qwen3_next":
+        # Gated DeltaNet on layers 0, 2 and 3 (2 key heads of 16 for 4 value heads of 24: two value
+        # heads per key head, widths that differ so a mixed-up axis shows), full attention on layer 1
+        # with the output gate, per-head q/k norm and a quarter of its 32-wide heads rotary; 16
+        # experts, top-4, renormalized, a gated shared expert, layer 1 dense. Every norm random (the
+        # (1 + w) ones too); A_log near -2.5 so the state decays slowly enough to carry across the
+        # 150-token prompt's two chunks of 64.
+        nxt = dict(common, num_hidden_layers=4, head_dim=32, num_experts_per_tok=4, num_experts=16,
+                   moe_intermediate_size=32, shared_expert_intermediate_size=40, intermediate_size=48,
+                   mlp_only_layers=[1], decoder_sparse_step=1, norm_topk_prob=True,
+                   linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                   linear_value_head_dim=24, linear_conv_kernel_dim=4,
+                   layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+        nxt["rope_parameters"] = dict(common["rope_parameters"], partial_rotary_factor=0.25)
+        return Qwen3NextConfig(**nxt), Qwen3NextForCausalLM
     raise ValueError(arch)
 
 
@@ -264,6 +286,8 @@ def reinitialize(model, seed):
             value = 0.6 * noise
         elif name.endswith("mlp.gate.weight") or name.endswith("mlp.router.weight"):  # routers
             value = 0.6 * noise
+        elif name.endswith("linear_attn.A_log"):  # Gated DeltaNet: decays exp(-exp(A_log) ...) near 1
+            value = -2.5 + 1.0 * noise
         elif name.endswith("self_attn.sinks"):  # gpt-oss: one logit per head, as large as the scores
             value = 1.5 + 1.0 * noise
         elif "lm_head" in name:
@@ -276,9 +300,9 @@ def reinitialize(model, seed):
             buf.copy_((0.3 * torch.randn(buf.shape, generator=gen)).to(buf.dtype))
 
 
-def fixed_prompts(vocab_size, n_special):
+def fixed_prompts(vocab_size, n_special, lengths=PROMPT_LENGTHS):
     gen = torch.Generator().manual_seed(1234)
-    return [torch.randint(n_special, vocab_size, (n,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+    return [torch.randint(n_special, vocab_size, (n,), generator=gen).tolist() for n in lengths]
 
 
 def compact(values):
@@ -302,6 +326,18 @@ def full_logits(model, ids):
 
 
 @torch.no_grad()
+def stepwise_logits(model, ids):
+    """Logits of every position fed one token at a time through the cache: for recurrent layers,
+    transformers' token-by-token rule (its prefill uses the chunked form)."""
+    out = model(torch.tensor([ids[:1]]), use_cache=True)
+    cache, rows = out.cache, [out.logits[0, -1]]
+    for token in ids[1:]:
+        out = model(torch.tensor([[token]]), cache=cache, use_cache=True)
+        rows.append(out.logits[0, -1])
+    return torch.stack(rows).float()
+
+
+@torch.no_grad()
 def greedy_margins(model, ids, continuation):
     """Top-1 minus top-2 logit at each greedy step: a small margin means a consumer computing in
     a different precision may legitimately pick another token there."""
@@ -313,20 +349,25 @@ def greedy_margins(model, ids, continuation):
     return compact((top2[:, 0] - top2[:, 1]).numpy())
 
 
-def make_reference(model, tokenizer, dtype, model_f32=None):
+def make_reference(model, tokenizer, dtype, model_f32=None, lengths=PROMPT_LENGTHS, model_f64=None):
     """model_f32, for reduced-precision checkpoints: the same saved weights loaded as float32, so
     transformers computes in f32 as Chronos does. Its logits ("logits_f32") and greedy tokens
     ("greedy_f32") are the tight reference; the native-dtype ones show the cost of bf16
-    activations, which Chronos does not reproduce on purpose."""
+    activations, which Chronos does not reproduce on purpose. model_f64, for models with recurrent
+    layers: the weights in float64, fed one token at a time ("logits_f64"), against which f32's own
+    rounding shows (transformers' f32 chunked prefill and token-by-token rule both differ from it
+    by up to ~8e-4 on these weights)."""
     vocab = model.config.vocab_size
     cases = []
-    for ids in fixed_prompts(vocab, len(SPECIAL_TOKENS)):
+    for ids in fixed_prompts(vocab, len(SPECIAL_TOKENS), lengths):
         continuation = greedy(model, ids)
         case = {"ids": ids, "logits": [compact(row) for row in full_logits(model, ids).numpy()],
                 "greedy": continuation, "greedy_margins": greedy_margins(model, ids, continuation)}
         if model_f32 is not None:
             case["logits_f32"] = [compact(row) for row in full_logits(model_f32, ids).numpy()]
             case["greedy_f32"] = greedy(model_f32, ids)
+        if model_f64 is not None:  # float64, one token at a time
+            case["logits_f64"] = [compact(row) for row in stepwise_logits(model_f64, ids).numpy()]
         cases.append(case)
     text_ids = tokenizer(TEXT_PROMPT, add_special_tokens=True)["input_ids"]
     text_greedy = greedy(model, text_ids)
@@ -376,7 +417,13 @@ def make_variant(out_dir, name, arch, dtype, options, tokenizer):
     # The reference comes from the checkpoint as transformers loads it, not from the model in
     # memory: model.to(bfloat16) also casts the rotary inv_freq buffer, from_pretrained does not.
     model_f32 = load(folder, torch.float32) if dtype != torch.float32 else None
-    write_json(folder / "reference.json", make_reference(load(folder, dtype), tokenizer, dtype, model_f32))
+    lengths = LONG_PROMPT_LENGTHS if options.get("long") else PROMPT_LENGTHS
+    model_f64 = None
+    if options.get("long"):  # eager experts: the grouped matmul takes no float64
+        model_f64 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
+                                                         experts_implementation="eager").eval()
+    write_json(folder / "reference.json", make_reference(load(folder, dtype), tokenizer, dtype, model_f32, lengths,
+                                                         model_f64))
     return folder
 
 

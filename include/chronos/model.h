@@ -50,6 +50,11 @@ struct LayerWeights {
   WeightView wq_a, wq_b, wkv_a, wkv_b;
   std::vector<float> q_a_norm, kv_a_norm;
   std::vector<float> mla_uk, mla_uv;
+  // Gated DeltaNet (AttentionKind::kGatedDeltaNet; out_proj is wo): in_proj_qkvz and in_proj_ba,
+  // rows grouped per key head (ModelConfig::lin_grouped), the convolution [conv_dim, kernel], A_log
+  // and dt_bias [v_heads], and the gated RMSNorm's weight [v_dim].
+  WeightView lin_qkv, lin_b;
+  std::vector<float> lin_conv, lin_a_log, lin_dt_bias, lin_norm;
   WeightView router;                     // [n_expert, n_embd]
   std::vector<float> router_bias;        // [n_expert] a sigmoid router's selection bias; empty otherwise
   std::vector<float> router_logit_bias;  // [n_expert] added to the router's logits (gpt-oss); empty otherwise
@@ -80,9 +85,12 @@ struct ModelSizes {
 // Per-sequence attention state in slots: a slot holds one sequence's keys and values of every layer
 // for up to n_ctx positions (f32: [n_layer, n_ctx, key_width] keys, then [n_layer, n_ctx,
 // value_width] values; ModelConfig::kv_key_width: grouped-query attention's kv_dim each, MLA's
-// latent and rotary key with no values), allocated once for n_slots sequences. A sequence is its slot index: allocate()
-// hands out a free slot, empty, and free() returns it for reuse. length(slot) is how many
-// positions the slot holds; a forward may append at that length or rewind to an earlier position.
+// latent and rotary key with no values), allocated once for n_slots sequences. A Gated DeltaNet
+// layer keeps no positions but a recurrent state of ModelConfig::lin_state_floats per slot
+// (state()). A sequence is its slot index: allocate() hands out a free slot, empty, and free()
+// returns it for reuse. length(slot) is how many positions the slot holds; a forward may append at
+// that length or rewind to an earlier position (a model with recurrent layers only to position 0:
+// its state cannot be taken back).
 class KvStore {
  public:
   // max_rows > 0: the most rows one forward chunk holds; a layer with its own sliding window
@@ -125,6 +133,13 @@ class KvStore {
   // A position's key and value; a ring layer's positions p and p + ring(layer) share the place.
   float* k(int32_t slot, int64_t layer, int64_t pos) { return k_base_ + offset(slot, layer, pos) * key_width_; }
   float* v(int32_t slot, int64_t layer, int64_t pos) { return v_base_ + offset(slot, layer, pos) * value_width_; }
+  // A recurrent layer's state in a slot (ModelConfig::lin_state_floats floats; the forward zeroes
+  // it at a sequence's position 0); bytes of every slot's states, part of n_bytes().
+  float* state(int32_t slot, int64_t layer) {
+    return state_.data() + int64_t(slot) * state_per_slot_ + layer_state_[size_t(layer)];
+  }
+  int64_t state_bytes() const { return n_slots_ * state_per_slot_ * int64_t(sizeof(float)); }
+  bool recurrent() const { return state_per_slot_ > 0; }
 
  private:
   friend class Model;
@@ -134,6 +149,9 @@ class KvStore {
   }
   int64_t n_layer_, n_ctx_, key_width_, value_width_, n_slots_, max_rows_, slot_bytes_;
   std::vector<int64_t> layer_cap_, layer_base_;  // [n_layer] positions kept, and where the layer's begin
+  std::vector<int64_t> layer_state_;             // [n_layer] where a recurrent layer's state begins in a slot's
+  int64_t state_per_slot_ = 0;                   // floats of a slot's recurrent states
+  std::vector<float> state_;                     // [n_slots, state_per_slot_]
   int64_t slot_positions_ = 0;                   // the sum of layer_cap_
   std::vector<float> k_, v_;                     // [n_slots, sum of layer_cap_, kv_dim] when the store owns its memory
   float* k_base_ = nullptr;                      // k_ or the caller's memory
@@ -342,6 +360,7 @@ class Model {
                      float* logits) const;
   void attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
   void latent_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
+  void linear_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
   void moe(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const;
   static void dense_ffn(DeviceOps& dev, const FfnWeights& ffn, int64_t n, const float* in, float* out);
   static void trace(DeviceOps& dev, const ForwardState& st, const char* name, int64_t layer, const float* values,

@@ -23,6 +23,7 @@ enum class Arch {
   kDeepseekV3,
   kGlm4MoeLite,
   kGptOss,
+  kQwen3Next,
 };
 
 enum class QkNorm {
@@ -43,6 +44,9 @@ enum class AttentionKind {
   // (kv_lora_rank) and one shared rotary key (qk_rope_dim) per position, and every head reads them
   // through kv_b_proj folded into its query and output ("absorbed").
   kMla,
+  // Qwen3-Next's Gated DeltaNet: linear attention whose per-sequence state is a short convolution's
+  // last inputs and one [k_dim, v_dim] matrix per value head, updated by the gated delta rule.
+  kGatedDeltaNet,
 };
 // A layer's feed-forward block.
 enum class FfnKind {
@@ -134,6 +138,17 @@ struct ModelConfig {
   bool expert_bias = false;
   float swiglu_limit = 0.0f;  // 0: the plain SwiGLU
   float swiglu_alpha = 1.702f;
+  // Qwen3-Next's full-attention layers: q_proj gives each head's query and, beside it, a gate
+  // whose sigmoid scales the head's output before o_proj.
+  bool attn_output_gate = false;
+  // Gated DeltaNet layers (AttentionKind::kGatedDeltaNet): key heads (query heads too) and value
+  // heads and their widths, and the depthwise convolution's kernel. lin_grouped: Qwen3-Next's
+  // in_proj_qkvz and in_proj_ba, whose rows are grouped per key head.
+  int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, lin_conv_kernel = 0;
+  bool lin_grouped = false;
+  // Qwen3-Next's checkpoints store each RMSNorm weight (but the gated one's) as w for a scale of
+  // 1 + w: the loader adds the 1.
+  bool norm_plus_one = false;
   bool tie_word_embeddings = false;
   // FP8 block-scaled weights (quantization_config quant_method "fp8", as DeepSeek-V3/R1, Kimi-K2,
   // GLM-4.5 and MiniMax-M2 ship them): an F8_E4M3 matrix X.weight scaled by X.weight_scale_inv, one
@@ -152,6 +167,16 @@ struct ModelConfig {
   int64_t kv_value_width() const { return mla() ? 0 : kv_dim(); }
   // Width of the heads' attention output, o_proj's input.
   int64_t attn_out_dim() const { return mla() ? n_head * v_head_dim : q_dim(); }
+  // Gated DeltaNet: the convolution's channels (queries, keys, values), the values' width, and the
+  // floats of one sequence's state per layer (the convolution's last kernel - 1 inputs, then one
+  // [lin_k_dim, lin_v_dim] matrix per value head).
+  int64_t lin_key_width() const { return lin_k_heads * lin_k_dim; }
+  int64_t lin_value_width() const { return lin_v_heads * lin_v_dim; }
+  int64_t lin_conv_dim() const { return 2 * lin_key_width() + lin_value_width(); }
+  int64_t lin_state_floats() const {
+    return (lin_conv_kernel - 1) * lin_conv_dim() + lin_v_heads * lin_k_dim * lin_v_dim;
+  }
+  bool has_recurrent_layers() const;
   float softmax_scale() const;
   // The window of a layer's attention (its own, else sliding_window), 0 for full attention.
   int64_t attention_window(int64_t layer) const {

@@ -1,6 +1,7 @@
 // Self-attention on any device. Grouped-query (AttentionKind::kGqa): q/k/v projections (+bias,
 // +q/k norm, +clip), RoPE, KV store and causal attention (the device's attend; the layer's window
-// and sinks), o_proj (+bias). Multi-head
+// and sinks), the output gate, o_proj (+bias). Gated DeltaNet (AttentionKind::kGatedDeltaNet): the
+// in-projections, the device's gated_delta_net over each sequence's state, out_proj. Multi-head
 // latent (AttentionKind::kMla): the query (through its low-rank path), the latent and the rotary
 // key, RoPE on the rotary parts, the absorbed attention over the latent cache (the device's
 // attend_latent), o_proj.
@@ -14,7 +15,12 @@ void Model::attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) c
   const LayerViews& l = dev.weights().layers[size_t(il)];
   const Activations& a = dev.activations();
   const int64_t hd = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
-  dev.project(a.q, a.xn, l.wq, n);  // [n, q_dim]
+  if (c.attn_output_gate) {
+    dev.project(a.mix, a.xn, l.wq, n);  // [n, n_head, 2, head_dim]: each head's query, then its gate
+    dev.split_heads(a.q, a.gate, a.mix, n, c.n_head, hd);
+  } else {
+    dev.project(a.q, a.xn, l.wq, n);  // [n, q_dim]
+  }
   dev.project(a.k, a.xn, l.wk, n);  // [n, kv_dim]
   dev.project(a.v, a.xn, l.wv, n);  // [n, kv_dim]
   if (l.bq != nullptr) {
@@ -40,6 +46,7 @@ void Model::attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) c
   // A row at position p sees its sequence's positions <= p (its batch's earlier rows included),
   // and with a sliding window W only the last W of them.
   dev.attend(a.attn, a.q, a.k, a.v, il, c.attention_window(il), l.sinks);
+  if (c.attn_output_gate) dev.sigmoid_mul(a.attn, a.gate, n * q_dim);
   dev.project(a.ffn_out, a.attn, l.wo, n);  // [n, n_embd]
   if (l.bo != nullptr) dev.add_bias(a.ffn_out, l.bo, n, c.n_embd);
 }
@@ -77,6 +84,17 @@ void Model::latent_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64
   trace(dev, st, "q_rope", il, a.q, n * c.q_dim());
   dev.attend_latent(a.attn, a.q, a.k, a.v, il);  // [n, n_head * v_head_dim]
   dev.project(a.ffn_out, a.attn, l.wo, n);       // [n, n_embd]
+}
+
+void Model::linear_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64_t n) const {
+  const ModelConfig& c = config_;
+  const LayerViews& l = dev.weights().layers[size_t(il)];
+  const Activations& a = dev.activations();
+  dev.project(a.mix, a.xn, l.lin_qkv, n);   // [n, 2 * key width + 2 * value width]
+  dev.project(a.mix_ba, a.xn, l.lin_b, n);  // [n, 2 * v_heads]
+  dev.gated_delta_net(a.attn, a.mix, a.mix_ba, il);
+  trace(dev, st, "linear_attn", il, a.attn, n * c.lin_value_width());
+  dev.project(a.ffn_out, a.attn, l.wo, n);  // [n, n_embd]
 }
 
 }  // namespace chronos

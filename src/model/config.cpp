@@ -2,6 +2,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -224,6 +225,11 @@ bool json_bool_or(const json& j, const char* key, bool fallback) {
   return j[key].get<bool>();
 }
 
+bool ModelConfig::has_recurrent_layers() const {
+  return std::any_of(layers.begin(), layers.end(),
+                     [](const LayerKind& layer) { return layer.attention == AttentionKind::kGatedDeltaNet; });
+}
+
 int64_t ModelConfig::n_moe_layers() const {
   int64_t n = 0;
   for (const LayerKind& layer : layers) n += layer.ffn == FfnKind::kMoe ? 1 : 0;
@@ -242,6 +248,7 @@ const char* name_of(AttentionKind kind) {
   switch (kind) {
     case AttentionKind::kGqa: return "grouped-query attention";
     case AttentionKind::kMla: return "multi-head latent attention";
+    case AttentionKind::kGatedDeltaNet: return "Gated DeltaNet";
   }
   return "?";
 }

@@ -181,6 +181,109 @@ void CpuOps::attend_latent(float* out, const float* q, const float* latent, cons
   });
 }
 
+void CpuOps::split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width) {
+  for (int64_t head = 0; head < rows * heads; ++head) {
+    const float* from = src + head * 2 * width;
+    std::copy_n(from, width, a + head * width);
+    std::copy_n(from + width, width, b + head * width);
+  }
+}
+
+void CpuOps::sigmoid_mul(float* y, const float* gate, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) y[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
+}
+
+void CpuOps::gated_delta_net(float* out, const float* qkvz, const float* ba, int64_t layer) {
+  const LayerViews& l = s_.views.layers[size_t(layer)];
+  const int64_t nk = c_.lin_k_heads, nv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
+  const int64_t per_key = nv / nk, kernel = c_.lin_conv_kernel, conv_dim = c_.lin_conv_dim();
+  const int64_t key_width = c_.lin_key_width();
+  // A row of in_proj_qkvz: per key head g, [q (dk), k (dk), v (per_key * dv), z (per_key * dv)];
+  // a row of in_proj_ba: per key head, [b (per_key), a (per_key)].
+  const int64_t group = 2 * dk + 2 * per_key * dv, row_width = nk * group;
+  CHRONOS_CHECK(c_.lin_grouped && dk <= 1024 && dv <= 1024);
+  const auto source = [&](int64_t channel) {  // a convolution channel's column in in_proj_qkvz's row
+    if (channel < 2 * key_width) {
+      const int64_t part = channel / key_width, within = channel % key_width;
+      return within / dk * group + part * dk + within % dk;
+    }
+    const int64_t value = channel - 2 * key_width, head = value / dv;
+    return head / per_key * group + 2 * dk + head % per_key * dv + value % dv;
+  };
+  // The convolution, channel ranges in parallel, each row in order continuing its sequence: the
+  // state holds a channel's last kernel - 1 inputs, oldest first.
+  float* conv_out = s_.lin_conv_out.data();  // [n, conv_dim]: q, k, v after the convolution and SiLU
+  pool_.parallel_for(conv_dim, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t t = 0; t < n_; ++t) {
+      float* state = kv_.state(batch_->seq(begin_ + t), layer);  // [kernel - 1, conv_dim]
+      if (batch_->pos(begin_ + t) == 0)
+        for (int64_t j = 0; j + 1 < kernel; ++j)
+          std::fill(state + j * conv_dim + begin, state + j * conv_dim + end, 0.0f);
+      for (int64_t ch = begin; ch < end; ++ch) {
+        const float* w = l.lin_conv + ch * kernel;
+        const float x = qkvz[t * row_width + source(ch)];
+        float sum = 0.0f;
+        for (int64_t j = 0; j + 1 < kernel; ++j) sum += w[j] * state[j * conv_dim + ch];
+        sum += w[kernel - 1] * x;
+        for (int64_t j = 0; j + 2 < kernel; ++j) state[j * conv_dim + ch] = state[(j + 1) * conv_dim + ch];
+        state[(kernel - 2) * conv_dim + ch] = x;
+        conv_out[t * conv_dim + ch] = sum / (1.0f + std::exp(-sum));
+      }
+    }
+  });
+  // The delta rule, value heads in parallel, each row in order on its sequence's state.
+  const float q_scale = 1.0f / std::sqrt(float(dk)), eps = c_.rms_norm_eps;
+  const int64_t conv_floats = (kernel - 1) * conv_dim;
+  pool_.run(nv, [&](int64_t h) {
+    const int64_t g = h / per_key, j = h % per_key;
+    const float decay_scale = -std::exp(l.lin_a_log[h]);
+    float q[1024], k[1024], kv_mem[1024];
+    for (int64_t t = 0; t < n_; ++t) {
+      const float* row = conv_out + t * conv_dim;
+      const auto l2_normalized = [&](float* dst, const float* src, float scale) {
+        float sum = 0.0f;
+        for (int64_t i = 0; i < dk; ++i) sum += src[i] * src[i];
+        const float inv = scale / std::sqrt(sum + 1e-6f);
+        for (int64_t i = 0; i < dk; ++i) dst[i] = src[i] * inv;
+      };
+      l2_normalized(q, row + g * dk, q_scale);
+      l2_normalized(k, row + key_width + g * dk, 1.0f);
+      const float* v = row + 2 * key_width + h * dv;
+      const float b = ba[t * 2 * nv + g * 2 * per_key + j];
+      const float a = ba[t * 2 * nv + g * 2 * per_key + per_key + j] + l.lin_dt_bias[h];
+      const float beta = 1.0f / (1.0f + std::exp(-b));
+      const float softplus = a > 20.0f ? a : std::log1p(std::exp(a));  // torch's threshold
+      const float decay = std::exp(decay_scale * softplus);
+      float* state = kv_.state(batch_->seq(begin_ + t), layer) + conv_floats + h * dk * dv;  // [dk, dv]
+      if (batch_->pos(begin_ + t) == 0) std::fill(state, state + dk * dv, 0.0f);
+      std::fill(kv_mem, kv_mem + dv, 0.0f);
+      for (int64_t i = 0; i < dk; ++i) {
+        float* s = state + i * dv;
+        for (int64_t x = 0; x < dv; ++x) {
+          s[x] *= decay;
+          kv_mem[x] += s[x] * k[i];
+        }
+      }
+      for (int64_t x = 0; x < dv; ++x) kv_mem[x] = (v[x] - kv_mem[x]) * beta;  // the delta
+      float* o = out + t * nv * dv + h * dv;
+      std::fill(o, o + dv, 0.0f);
+      for (int64_t i = 0; i < dk; ++i) {
+        float* s = state + i * dv;
+        for (int64_t x = 0; x < dv; ++x) {
+          s[x] += k[i] * kv_mem[x];
+          o[x] += s[x] * q[i];
+        }
+      }
+      // The gated RMSNorm: each head's output normalized, scaled, and gated by silu(z).
+      const float* z = qkvz + t * row_width + g * group + 2 * dk + per_key * dv + j * dv;
+      float squares = 0.0f;
+      for (int64_t x = 0; x < dv; ++x) squares += o[x] * o[x];
+      const float inv = 1.0f / std::sqrt(squares / float(dv) + eps);
+      for (int64_t x = 0; x < dv; ++x) o[x] = l.lin_norm[x] * (o[x] * inv) * (z[x] / (1.0f + std::exp(-z[x])));
+    }
+  });
+}
+
 RoutedRows CpuOps::route(RouterKind kind, const float* bias, int64_t n, bool) {
   route_rows(kind, c_, bias, s_.act.router, s_.top_ids.data(), s_.top_w.data(), n);
   return {s_.top_ids.data(), s_.top_w.data(), s_.act.router};

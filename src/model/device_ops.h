@@ -36,6 +36,11 @@ struct LayerViews {
   const float* kv_a_norm = nullptr;
   const float* mla_uk = nullptr;             // [n_head, kv_lora_rank, qk_nope_dim]
   const float* mla_uv = nullptr;             // [n_head, v_head_dim, kv_lora_rank]
+  WeightView lin_qkv, lin_b;                 // Gated DeltaNet (LayerWeights)
+  const float* lin_conv = nullptr;           // [conv_dim, kernel]
+  const float* lin_a_log = nullptr;          // [v_heads]
+  const float* lin_dt_bias = nullptr;        // [v_heads]
+  const float* lin_norm = nullptr;           // [v_dim]
   WeightView router;                         // [n_expert, n_embd]
   const float* router_bias = nullptr;        // [n_expert] a sigmoid router's selection bias, or null
   const float* router_logit_bias = nullptr;  // [n_expert] added to the router's logits, or null
@@ -60,12 +65,17 @@ ModelViews host_views(const ModelWeights& weights);
 
 // The forward's activation buffers, on the device, for max_batch rows (k = max(n_expert_used, 1)).
 struct Activations {
-  float* x = nullptr;             // [max_batch, n_embd] residual stream
-  float* xn = nullptr;            // [max_batch, n_embd] normed input of a sub-block
-  float* q = nullptr;             // [max_batch, q_dim]
-  float* k = nullptr;             // [max_batch, kv_dim]
-  float* v = nullptr;             // [max_batch, kv_dim]
-  float* attn = nullptr;          // [max_batch, q_dim]
+  float* x = nullptr;     // [max_batch, n_embd] residual stream
+  float* xn = nullptr;    // [max_batch, n_embd] normed input of a sub-block
+  float* q = nullptr;     // [max_batch, q_dim]
+  float* k = nullptr;     // [max_batch, kv_dim]
+  float* v = nullptr;     // [max_batch, kv_dim]
+  float* attn = nullptr;  // [max_batch, q_dim] (Gated DeltaNet: [max_batch, its value width])
+  // [max_batch, mix_width]: a gated attention's q_proj output (queries and gates), a Gated
+  // DeltaNet's in_proj_qkvz output; [max_batch, q_dim] the gates; [max_batch, 2 * v_heads] in_proj_ba's.
+  float* mix = nullptr;
+  float* gate = nullptr;
+  float* mix_ba = nullptr;
   float* ffn_out = nullptr;       // [max_batch, n_embd] a sub-block's output
   float* ff_gate = nullptr;       // [max_batch * k, n_ff] (also a dense FFN's [max_batch, n_ff])
   float* ff_up = nullptr;         // [max_batch, n_ff] at least
@@ -135,6 +145,18 @@ class DeviceOps {
   // the cached [latent | k_rot] rows up to the row's position (scaled by softmax_scale), their
   // weights sum the cached latents, and out [n, n_head * v_head_dim] = mla_uv,h times that sum.
   virtual void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) = 0;
+  // Each of `rows` rows of src holds `heads` heads of [a part (width), b part (width)]: a [rows,
+  // heads * width] gets the a parts, b the b parts (a gated attention's queries and gates).
+  virtual void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width) = 0;
+  virtual void sigmoid_mul(float* y, const float* gate, int64_t count) = 0;  // y *= sigmoid(gate)
+  // Gated DeltaNet of `layer` over the chunk's rows, in row order, each continuing its sequence's
+  // recurrent state in the KV store (zeroed at position 0): from the rows of in_proj_qkvz (qkvz)
+  // and in_proj_ba (ba), grouped per key head (ModelConfig::lin_grouped), the causal convolution
+  // and SiLU over q, k, v, q and k L2-normalized (q also by 1/sqrt(k_dim)), per value head h (key
+  // head h / (v_heads / k_heads)) the state S decayed by exp(g), g = -exp(A_log) * softplus(a +
+  // dt_bias), S += k (beta (v - S^T k))^T with beta = sigmoid(b), o = S^T q; out [n, v_heads *
+  // v_dim] = each head's RMSNorm(o) * lin_norm * silu(z).
+  virtual void gated_delta_net(float* out, const float* qkvz, const float* ba, int64_t layer) = 0;
   // The router of `kind` (model/router.h) over the logits in activations().router, n rows.
   virtual RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) = 0;
   // dst[r, :] = src[rows[r], :] (rows: host memory).

@@ -87,6 +87,12 @@ ModelViews host_views(const ModelWeights& w) {
                                       data(l.kv_a_norm),
                                       data(l.mla_uk),
                                       data(l.mla_uv),
+                                      l.lin_qkv,
+                                      l.lin_b,
+                                      data(l.lin_conv),
+                                      data(l.lin_a_log),
+                                      data(l.lin_dt_bias),
+                                      data(l.lin_norm),
                                       l.router,
                                       data(l.router_bias),
                                       data(l.router_logit_bias),
@@ -119,7 +125,13 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   a.q = sized(s->q, max_batch * c.q_dim());
   a.k = sized(s->k, max_batch * std::max(c.kv_dim(), c.kv_lora_rank));  // MLA: the latent
   a.v = sized(s->v, max_batch * std::max(c.kv_dim(), c.qk_rope_dim));   // MLA: the rotary key
-  a.attn = sized(s->attn, max_batch * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank}));
+  a.attn = sized(s->attn, max_batch * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank, c.lin_value_width()}));
+  const int64_t gated_q = c.attn_output_gate ? 2 * c.q_dim() : 0;
+  const int64_t qkvz = c.has_recurrent_layers() ? 2 * c.lin_key_width() + 2 * c.lin_value_width() : 0;
+  a.mix = sized(s->mix, max_batch * std::max(gated_q, qkvz));
+  a.gate = sized(s->gate, c.attn_output_gate ? max_batch * c.q_dim() : 0);
+  a.mix_ba = sized(s->mix_ba, max_batch * 2 * c.lin_v_heads);
+  if (c.has_recurrent_layers()) s->lin_conv_out.resize(size_t(max_batch * c.lin_conv_dim()));
   a.ffn_out = sized(s->ffn_out, max_batch * c.n_embd);
   a.ff_gate = sized(s->ff_gate, std::max(slots, max_batch) * n_ff);
   a.ff_up = sized(s->ff_up, std::max(slots, max_batch) * n_ff);
@@ -235,6 +247,11 @@ void Model::check_rows(const Batch& batch, KvStore& kv, int64_t n_ctx_limit) con
     if (expected < 0 && pos > kv.length(slot))
       throw_error("batch row {}: sequence {} has {} positions; a row at position {} would leave a gap", row, slot,
                   kv.length(slot), pos);
+    if (expected < 0 && kv.recurrent() && pos != 0 && pos != kv.length(slot))
+      throw_error(
+          "batch row {}: sequence {} has {} positions and a recurrent state, which cannot be taken back to position "
+          "{} (a sequence of this model continues at its length or starts again at 0)",
+          row, slot, kv.length(slot), pos);
     if (expected >= 0 && pos != expected)
       throw_error("batch row {}: the rows of sequence {} are not consecutive (position {} after {})", row, slot, pos,
                   expected - 1);
@@ -285,6 +302,7 @@ void Model::forward_chunk(DeviceOps& dev, ForwardState& st, const Batch& batch, 
     switch (c.layers[size_t(il)].attention) {
       case AttentionKind::kGqa: attention(dev, st, il, n); break;  // ffn_out <- [n, n_embd]
       case AttentionKind::kMla: latent_attention(dev, st, il, n); break;
+      case AttentionKind::kGatedDeltaNet: linear_attention(dev, st, il, n); break;
     }
     trace(dev, st, "attn_out", il, a.ffn_out, n * d);
     dev.add(a.x, a.ffn_out, n * d);

@@ -24,6 +24,7 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, int64_t
   in_use_.assign(size_t(n_slots), 0);
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);
+  state_.resize(size_t(n_slots * state_per_slot_));
 }
 
 KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v)
@@ -41,31 +42,42 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* 
   in_use_.assign(size_t(n_slots), 0);
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);
+  state_.resize(size_t(n_slots * state_per_slot_));  // recurrent states stay in host memory
 }
 
 void KvStore::lay_out(const ModelConfig& cfg) {
   layer_cap_.resize(size_t(n_layer_));
   layer_base_.resize(size_t(n_layer_));
+  layer_state_.assign(size_t(n_layer_), -1);
   slot_positions_ = 0;
+  state_per_slot_ = 0;
   for (int64_t il = 0; il < n_layer_; ++il) {
     layer_base_[size_t(il)] = slot_positions_;
     layer_cap_[size_t(il)] = layer_positions(cfg, il, n_ctx_, max_rows_);
     slot_positions_ += layer_cap_[size_t(il)];
+    if (cfg.layers[size_t(il)].attention == AttentionKind::kGatedDeltaNet) {
+      layer_state_[size_t(il)] = state_per_slot_;
+      state_per_slot_ += cfg.lin_state_floats();
+    }
   }
 }
 
 int64_t KvStore::layer_positions(const ModelConfig& cfg, int64_t layer, int64_t n_ctx, int64_t max_rows) {
   // A chunk's rows are all stored before any attends: its first row still needs the window before
   // it, so the ring holds the window and the chunk's other rows.
+  if (cfg.layers[size_t(layer)].attention == AttentionKind::kGatedDeltaNet) return 0;  // a state, no positions
   const int64_t window = cfg.layers[size_t(layer)].window;
   if (window <= 0 || max_rows <= 0) return n_ctx;
   return std::min(n_ctx, window + max_rows - 1);
 }
 
 int64_t KvStore::bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx, int64_t max_rows) {
-  int64_t positions = 0;
-  for (int64_t il = 0; il < cfg.n_layer; ++il) positions += layer_positions(cfg, il, n_ctx, max_rows);
-  return positions * (cfg.kv_key_width() + cfg.kv_value_width()) * int64_t(sizeof(float));
+  int64_t positions = 0, state = 0;
+  for (int64_t il = 0; il < cfg.n_layer; ++il) {
+    positions += layer_positions(cfg, il, n_ctx, max_rows);
+    if (cfg.layers[size_t(il)].attention == AttentionKind::kGatedDeltaNet) state += cfg.lin_state_floats();
+  }
+  return (positions * (cfg.kv_key_width() + cfg.kv_value_width()) + state) * int64_t(sizeof(float));
 }
 
 int64_t KvStore::slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget) {

@@ -56,6 +56,10 @@ std::vector<float>& vector_slot(LayerWeights& l, TensorRole role) {
     case TensorRole::kRouterBias: return l.router_bias;
     case TensorRole::kAttnQANorm: return l.q_a_norm;
     case TensorRole::kAttnKvANorm: return l.kv_a_norm;
+    case TensorRole::kLinConv: return l.lin_conv;
+    case TensorRole::kLinALog: return l.lin_a_log;
+    case TensorRole::kLinDtBias: return l.lin_dt_bias;
+    case TensorRole::kLinNorm: return l.lin_norm;
     default: break;
   }
   CHRONOS_CHECK_MSG(false, "role {} is not a vector", int(role));
@@ -73,6 +77,8 @@ WeightView& matrix_slot(LayerWeights& l, const TensorSpec& spec) {
     case TensorRole::kAttnKvA: return l.wkv_a;
     case TensorRole::kAttnKvB: return l.wkv_b;
     case TensorRole::kRouter: return l.router;
+    case TensorRole::kLinQkv: return l.lin_qkv;
+    case TensorRole::kLinB: return l.lin_b;
     case TensorRole::kExpertGate: return l.experts[size_t(spec.expert)].gate;
     case TensorRole::kExpertUp: return l.experts[size_t(spec.expert)].up;
     case TensorRole::kExpertDown: return l.experts[size_t(spec.expert)].down;
@@ -107,6 +113,10 @@ bool is_vector_role(TensorRole role) {
     case TensorRole::kRouterBias:
     case TensorRole::kAttnQANorm:
     case TensorRole::kAttnKvANorm:
+    case TensorRole::kLinConv:
+    case TensorRole::kLinALog:
+    case TensorRole::kLinDtBias:
+    case TensorRole::kLinNorm:
     case TensorRole::kOutputNorm: return true;
     default: return false;
   }
@@ -417,6 +427,15 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
   }
   if (c.mla())
     for (LayerWeights& layer : w.layers) split_kv_b(c, layer);
+  if (c.norm_plus_one) {  // (1 + w) RMSNorms: the forward's norms scale by the stored weight
+    const auto plus_one = [](std::vector<float>& weight) {
+      for (float& value : weight) value += 1.0f;
+    };
+    plus_one(w.output_norm);
+    for (LayerWeights& layer : w.layers)
+      for (std::vector<float>* weight : {&layer.attn_norm, &layer.ffn_norm, &layer.q_norm, &layer.k_norm})
+        plus_one(*weight);
+  }
   if (c.tie_word_embeddings) {
     w.output = w.tok_embd;
     if (find("lm_head.weight") != nullptr) used.insert("lm_head.weight");

@@ -39,6 +39,14 @@ enum class TensorRole {
   kAttnKvB,      // kv_b_proj [n_head * (qk_nope_dim + v_head_dim), kv_lora_rank]
   kAttnOBias,    // o_proj.bias [n_embd]
   kAttnSinks,    // gpt-oss: one sink logit per head [n_head]
+  // Gated DeltaNet (Qwen3-Next): in_proj_qkvz, in_proj_ba (rows grouped per key head), conv1d
+  // [conv_dim, 1, kernel], A_log and dt_bias [v_heads], the gated norm [v_dim]; out_proj is kAttnO.
+  kLinQkv,
+  kLinB,
+  kLinConv,
+  kLinALog,
+  kLinDtBias,
+  kLinNorm,
   kFfnNorm,
   kRouter,
   kRouterBias,       // the selection bias of a sigmoid router (e_score_correction_bias)
@@ -140,6 +148,7 @@ const ArchSpec& arch_deepseek_v2();
 const ArchSpec& arch_deepseek_v3();
 const ArchSpec& arch_glm4_moe_lite();
 const ArchSpec& arch_gpt_oss();
+const ArchSpec& arch_qwen3_next();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();

@@ -13,9 +13,10 @@ namespace chronos {
 std::span<const ArchSpec* const> all_archs() {
   // deepseek_v2 answers for deepseek2 GGUF files (their gating key picks V2 or V3); GLM-4.7-Flash's
   // deepseek2 files are DeepSeek-V3's model.
-  static const std::array<const ArchSpec*, 10> archs = {
-      &arch_mixtral(),    &arch_qwen2_moe(),   &arch_qwen3_moe(),   &arch_olmoe(),         &arch_glm4_moe(),
-      &arch_minimax_m2(), &arch_deepseek_v2(), &arch_deepseek_v3(), &arch_glm4_moe_lite(), &arch_gpt_oss()};
+  static const std::array<const ArchSpec*, 11> archs = {&arch_mixtral(),     &arch_qwen2_moe(),   &arch_qwen3_moe(),
+                                                        &arch_olmoe(),       &arch_glm4_moe(),    &arch_minimax_m2(),
+                                                        &arch_deepseek_v2(), &arch_deepseek_v3(), &arch_glm4_moe_lite(),
+                                                        &arch_gpt_oss(),     &arch_qwen3_next()};
   return archs;
 }
 
@@ -86,7 +87,9 @@ void add_attention_tensors(const ModelConfig& c, int64_t il, std::vector<TensorS
   const std::string p = fmt::format("model.layers.{}.", il);
   out.push_back({TensorRole::kAttnNorm, il, -1, p + "input_layernorm.weight", {c.n_embd}});
   out.push_back({TensorRole::kFfnNorm, il, -1, p + "post_attention_layernorm.weight", {c.n_embd}});
-  out.push_back({TensorRole::kAttnQ, il, -1, p + "self_attn.q_proj.weight", {c.q_dim(), c.n_embd}});
+  // With an output gate, q_proj gives each head's query and then its gate.
+  const int64_t q_rows = c.attn_output_gate ? 2 * c.q_dim() : c.q_dim();
+  out.push_back({TensorRole::kAttnQ, il, -1, p + "self_attn.q_proj.weight", {q_rows, c.n_embd}});
   out.push_back({TensorRole::kAttnK, il, -1, p + "self_attn.k_proj.weight", {c.kv_dim(), c.n_embd}});
   out.push_back({TensorRole::kAttnV, il, -1, p + "self_attn.v_proj.weight", {c.kv_dim(), c.n_embd}});
   out.push_back({TensorRole::kAttnO, il, -1, p + "self_attn.o_proj.weight", {c.n_embd, c.q_dim()}});

@@ -137,6 +137,15 @@ class CudaOps final : public DeviceOps {
     }
   }
 
+  // Gated attention and Gated DeltaNet (Qwen3-Next) have no CUDA kernels yet: make_cuda_runner
+  // refuses such models before any op runs.
+  void split_heads(float*, float*, const float*, int64_t, int64_t, int64_t) override { unsupported(); }
+  void sigmoid_mul(float*, const float*, int64_t) override { unsupported(); }
+  void gated_delta_net(float*, const float*, const float*, int64_t) override { unsupported(); }
+  [[noreturn]] void unsupported() const {
+    throw_error("{}: this model's layers have no CUDA kernels", cfg_.arch_name());
+  }
+
   void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) override {
     const ModelConfig& c = cfg_;
     const LayerViews& l = views_.layers[size_t(layer)];
@@ -562,6 +571,9 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backe
   CHRONOS_CHECK(n_ctx > 0 && batch > 0 && n_seq > 0);
   if (model.experts_streamed() && hooks.experts == nullptr)
     throw_error("a pack folder's experts need an expert streamer");
+  if (model.config().has_recurrent_layers() || model.config().attn_output_gate)
+    throw_error("{}: Gated DeltaNet and gated attention layers run on the CPU only for now (--device cpu)",
+                model.config().arch_name());
   return std::make_unique<CudaRunner>(model, *cuda, n_ctx, batch, std::move(hooks), n_seq);
 }
 

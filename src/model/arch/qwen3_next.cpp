@@ -1,0 +1,140 @@
+// Qwen3-Next (qwen3_next): three Gated DeltaNet layers to one full-attention layer
+// (layer_types, or full_attention_interval), a Qwen2-MoE block (many small experts, a shared expert
+// scaled by sigmoid(shared_expert_gate(x)), dense layers by mlp_only_layers), and:
+// - full attention with an output gate (q_proj gives each head's query and gate, head by head),
+//   per-head q/k RMSNorm, head_dim 256 and a quarter of it rotary (partial_rotary_factor 0.25);
+// - Gated DeltaNet (linear_attn): in_proj_qkvz and in_proj_ba, their rows grouped per key head
+//   ([q, k, v..., z...] and [b..., a...] for each), a depthwise causal convolution over q, k, v
+//   (linear_conv_kernel_dim, SiLU), L2-normalized q and k, the decay g = -exp(A_log) *
+//   softplus(a + dt_bias) and beta = sigmoid(b), the delta rule per value head, an RMSNorm of each
+//   head's output gated by silu(z), out_proj;
+// - every RMSNorm but the gated one scales by (1 + w): the loader adds the 1 (ModelConfig::
+//   norm_plus_one), so the forward's norms stay plain.
+#include <fmt/format.h>
+
+#include "chronos/error.h"
+#include "model/arch/qwen_moe_common.h"
+
+namespace chronos {
+namespace {
+
+void read_linear_attention(const nlohmann::json& j, ModelConfig& c) {
+  c.lin_k_heads = json_int(j, "linear_num_key_heads");
+  c.lin_v_heads = json_int(j, "linear_num_value_heads");
+  c.lin_k_dim = json_int(j, "linear_key_head_dim");
+  c.lin_v_dim = json_int(j, "linear_value_head_dim");
+  c.lin_conv_kernel = json_int_or(j, "linear_conv_kernel_dim", 4);
+  const auto bounded = [](int64_t value, int64_t high, const char* key) {
+    if (value <= 0 || value > high) throw_error("key '{}' must be in [1, {}] (got {})", key, high, value);
+  };
+  bounded(c.lin_k_heads, 1024, "linear_num_key_heads");
+  bounded(c.lin_v_heads, 1024, "linear_num_value_heads");
+  bounded(c.lin_k_dim, 1024, "linear_key_head_dim");
+  bounded(c.lin_v_dim, 1024, "linear_value_head_dim");
+  bounded(c.lin_conv_kernel, 64, "linear_conv_kernel_dim");
+  if (c.lin_v_heads % c.lin_k_heads != 0)
+    throw_error("linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})", c.lin_v_heads,
+                c.lin_k_heads);
+}
+
+// Which layers are full attention: layer_types, else every full_attention_interval-th (1-based).
+void read_layer_types(const nlohmann::json& j, ModelConfig& c) {
+  std::vector<bool> full(size_t(c.n_layer));
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const nlohmann::json& types = j["layer_types"];
+    if (!types.is_array() || std::ssize(types) != c.n_layer)
+      throw_error("key 'layer_types' must list num_hidden_layers = {} layer types", c.n_layer);
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      const nlohmann::json& type = types[size_t(i)];
+      if (type == "full_attention")
+        full[size_t(i)] = true;
+      else if (type != "linear_attention")
+        throw_error("key 'layer_types': layer {} is {} (linear_attention or full_attention)", i, type.dump());
+    }
+  } else {
+    const int64_t interval = json_int_or(j, "full_attention_interval", 4);
+    if (interval <= 0) throw_error("key 'full_attention_interval' must be positive (got {})", interval);
+    for (int64_t i = 0; i < c.n_layer; ++i) full[size_t(i)] = (i + 1) % interval == 0;
+  }
+  for (int64_t i = 0; i < c.n_layer; ++i)
+    c.layers[size_t(i)].attention = full[size_t(i)] ? AttentionKind::kGqa : AttentionKind::kGatedDeltaNet;
+}
+
+void read_config(const nlohmann::json& j, ModelConfig& c) {
+  c.n_expert = qwen_moe::read_expert_count(j);
+  c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
+  c.n_ff_shared = json_int_or(j, "shared_expert_intermediate_size", 0);
+  c.shared_expert_gated = c.n_ff_shared > 0;
+  c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
+  c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", true);
+  c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-6));
+  c.qk_norm = QkNorm::kPerHead;
+  c.attn_output_gate = true;
+  c.lin_grouped = true;
+  // A GGUF file's norms already hold 1 + w (llama.cpp's converter adds it); its config says so.
+  c.norm_plus_one = json_bool_or(j, "chronos_norm_plus_one", true);
+  if (json_bool_or(j, "attention_bias", false)) throw_error("attention_bias: true is not supported");
+  c.tie_word_embeddings = json_bool_or(j, "tie_word_embeddings", false);
+  qwen_moe::read_layer_kinds(j, c);
+  read_linear_attention(j, c);
+  read_layer_types(j, c);
+}
+
+void add_linear_attention_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
+  const std::string p = fmt::format("model.layers.{}.", il);
+  out.push_back({TensorRole::kAttnNorm, il, -1, p + "input_layernorm.weight", {c.n_embd}});
+  out.push_back({TensorRole::kFfnNorm, il, -1, p + "post_attention_layernorm.weight", {c.n_embd}});
+  const std::string a = p + "linear_attn.";
+  const int64_t qkvz = 2 * c.lin_key_width() + 2 * c.lin_value_width();
+  out.push_back({TensorRole::kLinQkv, il, -1, a + "in_proj_qkvz.weight", {qkvz, c.n_embd}});
+  out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_ba.weight", {2 * c.lin_v_heads, c.n_embd}});
+  out.push_back({TensorRole::kLinConv, il, -1, a + "conv1d.weight", {c.lin_conv_dim(), 1, c.lin_conv_kernel}});
+  out.push_back({TensorRole::kLinALog, il, -1, a + "A_log", {c.lin_v_heads}});
+  out.push_back({TensorRole::kLinDtBias, il, -1, a + "dt_bias", {c.lin_v_heads}});
+  out.push_back({TensorRole::kLinNorm, il, -1, a + "norm.weight", {c.lin_v_dim}});
+  out.push_back({TensorRole::kAttnO, il, -1, a + "out_proj.weight", {c.n_embd, c.lin_value_width()}});
+}
+
+std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
+  std::vector<TensorSpec> out;
+  add_global_tensors(c, out);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    if (c.layers[size_t(il)].attention == AttentionKind::kGatedDeltaNet)
+      add_linear_attention_tensors(c, il, out);
+    else
+      add_attention_tensors(c, il, out);
+    if (!c.is_moe_layer(il)) {
+      add_dense_mlp_tensors(c, il, out);
+      continue;
+    }
+    qwen_moe::add_moe_tensors(c, il, out);
+    if (c.n_ff_shared > 0) {
+      add_shared_expert_tensors(c, il, "mlp.shared_expert", out);
+      out.push_back({TensorRole::kSharedExpertGate, il, -1, fmt::format("model.layers.{}.mlp.shared_expert_gate.weight", il),
+                     {1, c.n_embd}});
+    }
+  }
+  return out;
+}
+
+void gguf_config(const GgufFacts& f, nlohmann::json&) {
+  throw_error("{}: GGUF {} files are not supported yet (load the Hugging Face checkpoint)", f.path, f.arch);
+}
+
+}  // namespace
+
+const ArchSpec& arch_qwen3_next() {
+  static const ArchSpec spec{Arch::kQwen3Next,
+                             "qwen3_next",
+                             "Qwen3-Next",
+                             read_config,
+                             tensor_table,
+                             "qwen3next",
+                             gguf_config,
+                             qwen_moe::kGgufNames,
+                             "moe_intermediate_size",
+                             0.25};
+  return spec;
+}
+
+}  // namespace chronos
