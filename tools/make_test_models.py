@@ -31,7 +31,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, MixtralConfig, Mi
                           OlmoeConfig, OlmoeForCausalLM,
                           PreTrainedTokenizerFast, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, Qwen3NextConfig,
-                          Qwen3NextForCausalLM)
+                          Qwen3NextForCausalLM, Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "models"
@@ -128,10 +128,12 @@ VARIANTS = [
     ("gpt_oss-mxfp4", "gpt_oss", torch.float32, {"mxfp4": True}),
     ("qwen3_next-f32", "qwen3_next", torch.float32, {"long": True}),
     ("qwen3_next-bf16", "qwen3_next", torch.bfloat16, {"long": True}),
+    ("qwen3_5_moe-f32", "qwen3_5_moe", torch.float32, {"long": True}),
+    ("qwen3_5_moe-bf16", "qwen3_5_moe", torch.bfloat16, {"long": True}),
 ]
 ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66,
               "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99, "gpt_oss": 110,
-              "qwen3_next": 121}
+              "qwen3_next": 121, "qwen3_5_moe": 132}
 
 # DeepSeek's YaRN with both mscales present and different, so the rotary attention factor
 # (mscale / mscale_all_dim) and the softmax scale (mscale_all_dim squared) both differ from 1.
@@ -258,8 +260,8 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
         # heads per key head, widths that differ so a mixed-up axis shows), full attention on layer 1
         # with the output gate, per-head q/k norm and a quarter of its 32-wide heads rotary; 16
         # experts, top-4, renormalized, a gated shared expert, layer 1 dense. Every norm random (the
-        # (1 + w) ones too); A_log near -2.5 so the state decays slowly enough to carry across the
-        # 150-token prompt's two chunks of 64.
+        # (1 + w) ones around w = 0); A_log near -2.5 so the state decays slowly enough to carry
+        # across the 150-token prompt's two chunks of 64.
         nxt = dict(common, num_hidden_layers=4, head_dim=32, num_experts_per_tok=4, num_experts=16,
                    moe_intermediate_size=32, shared_expert_intermediate_size=40, intermediate_size=48,
                    mlp_only_layers=[1], decoder_sparse_step=1, norm_topk_prob=True,
@@ -268,17 +270,40 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
                    layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
         nxt["rope_parameters"] = dict(common["rope_parameters"], partial_rotary_factor=0.25)
         return Qwen3NextConfig(**nxt), Qwen3NextForCausalLM
+    if arch == "qwen3_5_moe":
+        # Qwen3.5/3.6 as released: the vision-language wrapper (a one-block vision encoder, not
+        # loaded by Chronos) around the text model, whose config nests in text_config and tensors
+        # sit under model.language_model.; Gated DeltaNet with separate in_proj_qkv/z/b/a, every layer
+        # MoE, the interleaved multimodal rotary (the same position on its three axes for text).
+        text = dict(common, num_hidden_layers=4, head_dim=32, num_experts_per_tok=4, num_experts=16,
+                    moe_intermediate_size=32, shared_expert_intermediate_size=40,
+                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                    linear_value_head_dim=24, linear_conv_kernel_dim=4,
+                    layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+        text["rope_parameters"] = dict(common["rope_parameters"], partial_rotary_factor=0.25,
+                                       mrope_section=[2, 1, 1], mrope_interleaved=True)
+        for key in ("tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"):
+            text.pop(key)
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                      patch_size=4, num_position_embeddings=16)
+        return (Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie,
+                                 bos_token_id=None, eos_token_id=eos_id, pad_token_id=eos_id),
+                Qwen3_5MoeForConditionalGeneration)
     raise ValueError(arch)
 
 
 @torch.no_grad()
-def reinitialize(model, seed):
+def reinitialize(model, seed, unit_offset_norms=False):
     """Weights large enough that logits are spread, routing is uneven and greedy text varies
-    (the default std 0.02 gives near-uniform logits and degenerate continuations)."""
+    (the default std 0.02 gives near-uniform logits and degenerate continuations).
+    unit_offset_norms: the model's RMSNorms scale by (1 + w) (Qwen3-Next, Qwen3.5; not the gated
+    norm of its linear attention), so w is drawn around 0 for the same effective scale."""
     gen = torch.Generator().manual_seed(seed)
     for name, param in model.named_parameters():
         noise = torch.randn(param.shape, generator=gen)
-        if "norm" in name:
+        if "norm" in name and unit_offset_norms and not name.endswith("linear_attn.norm.weight"):
+            value = 0.15 * noise
+        elif "norm" in name:
             value = 1.0 + 0.15 * noise
         elif name.endswith(".bias"):
             value = 0.2 * noise
@@ -401,7 +426,7 @@ def make_variant(out_dir, name, arch, dtype, options, tokenizer):
     config._attn_implementation = "eager"
     torch.manual_seed(ARCH_SEEDS[arch])
     model = model_class(config).eval()
-    reinitialize(model, ARCH_SEEDS[arch])
+    reinitialize(model, ARCH_SEEDS[arch], unit_offset_norms=arch in ("qwen3_next", "qwen3_5_moe"))
     model = model.to(dtype)
     model.config.dtype = dtype
     model.generation_config.eos_token_id = eos_id

@@ -24,6 +24,7 @@ enum class Arch {
   kGlm4MoeLite,
   kGptOss,
   kQwen3Next,
+  kQwen35Moe,
 };
 
 enum class QkNorm {
@@ -143,12 +144,16 @@ struct ModelConfig {
   bool attn_output_gate = false;
   // Gated DeltaNet layers (AttentionKind::kGatedDeltaNet): key heads (query heads too) and value
   // heads and their widths, and the depthwise convolution's kernel. lin_grouped: Qwen3-Next's
-  // in_proj_qkvz and in_proj_ba, whose rows are grouped per key head.
+  // in_proj_qkvz and in_proj_ba, whose rows are grouped per key head; else Qwen3.5's in_proj_qkv,
+  // in_proj_z, in_proj_b and in_proj_a, each in the order its heads are used.
   int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, lin_conv_kernel = 0;
   bool lin_grouped = false;
   // Qwen3-Next's checkpoints store each RMSNorm weight (but the gated one's) as w for a scale of
   // 1 + w: the loader adds the 1.
   bool norm_plus_one = false;
+  // A vision-language checkpoint (Qwen3.5/3.6: config.json nests text_config beside vision_config):
+  // the text model runs, the vision encoder is not loaded.
+  bool vision_encoder_ignored = false;
   bool tie_word_embeddings = false;
   // FP8 block-scaled weights (quantization_config quant_method "fp8", as DeepSeek-V3/R1, Kimi-K2,
   // GLM-4.5 and MiniMax-M2 ship them): an F8_E4M3 matrix X.weight scaled by X.weight_scale_inv, one

@@ -90,9 +90,19 @@ void Model::linear_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64
   const ModelConfig& c = config_;
   const LayerViews& l = dev.weights().layers[size_t(il)];
   const Activations& a = dev.activations();
-  dev.project(a.mix, a.xn, l.lin_qkv, n);   // [n, 2 * key width + 2 * value width]
-  dev.project(a.mix_ba, a.xn, l.lin_b, n);  // [n, 2 * v_heads]
-  dev.gated_delta_net(a.attn, a.mix, a.mix_ba, il);
+  if (c.lin_grouped) {
+    dev.project(a.mix, a.xn, l.lin_qkv, n);   // [n, 2 * key width + 2 * value width]
+    dev.project(a.mix_ba, a.xn, l.lin_b, n);  // [n, 2 * v_heads]
+    dev.gated_delta_net(a.attn, a.mix, nullptr, a.mix_ba, nullptr, il);
+  } else {
+    float* b = a.mix_ba;
+    float* gate_a = a.mix_ba + n * c.lin_v_heads;
+    dev.project(a.mix, a.xn, l.lin_qkv, n);  // [n, conv_dim]
+    dev.project(a.gate, a.xn, l.lin_z, n);   // [n, value width]
+    dev.project(b, a.xn, l.lin_b, n);        // [n, v_heads]
+    dev.project(gate_a, a.xn, l.lin_a, n);   // [n, v_heads]
+    dev.gated_delta_net(a.attn, a.mix, a.gate, b, gate_a, il);
+  }
   trace(dev, st, "linear_attn", il, a.attn, n * c.lin_value_width());
   dev.project(a.ffn_out, a.attn, l.wo, n);  // [n, n_embd]
 }

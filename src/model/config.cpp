@@ -275,10 +275,26 @@ namespace {
 // Everything config.json states; throws Error (without the file name) for anything wrong.
 ModelConfig parse_config(const json& j) {
   ModelConfig cfg;
+  // A vision-language checkpoint nests its text model's config (Qwen3.5/3.6 MoE): that is the
+  // model, under the checkpoint's model_type, with the top level's token ids where it has none.
+  if (j.is_object() && j.contains("text_config") && j["text_config"].is_object()) {
+    json text = j["text_config"];
+    if (j.contains("model_type")) text["model_type"] = j["model_type"];
+    for (const char* key : {"tie_word_embeddings", "bos_token_id", "eos_token_id"})
+      if ((!text.contains(key) || text[key].is_null()) && j.contains(key)) text[key] = j[key];
+    try {
+      cfg = parse_config(text);
+    } catch (const Error& e) {
+      throw Error(fmt::format("text_config: {}", e.what()));
+    }
+    cfg.vision_encoder_ignored = j.contains("vision_config");
+    return cfg;
+  }
   {
     if (!j.is_object()) throw_error("expected a JSON object");
     if (!j.contains("model_type") || !j["model_type"].is_string()) throw_error("missing key 'model_type'");
     cfg.model_type = j["model_type"].get<std::string>();
+    if (cfg.model_type == "qwen3_5_moe_text") cfg.model_type = "qwen3_5_moe";  // a text-only checkpoint
     const ArchSpec* arch = find_arch(cfg.model_type);
     if (arch == nullptr) {
       std::vector<std::string> known;

@@ -193,16 +193,20 @@ void CpuOps::sigmoid_mul(float* y, const float* gate, int64_t count) {
   for (int64_t i = 0; i < count; ++i) y[i] *= 1.0f / (1.0f + std::exp(-gate[i]));
 }
 
-void CpuOps::gated_delta_net(float* out, const float* qkvz, const float* ba, int64_t layer) {
+void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const float* b, const float* a,
+                             int64_t layer) {
   const LayerViews& l = s_.views.layers[size_t(layer)];
   const int64_t nk = c_.lin_k_heads, nv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
   const int64_t per_key = nv / nk, kernel = c_.lin_conv_kernel, conv_dim = c_.lin_conv_dim();
-  const int64_t key_width = c_.lin_key_width();
-  // A row of in_proj_qkvz: per key head g, [q (dk), k (dk), v (per_key * dv), z (per_key * dv)];
-  // a row of in_proj_ba: per key head, [b (per_key), a (per_key)].
-  const int64_t group = 2 * dk + 2 * per_key * dv, row_width = nk * group;
-  CHRONOS_CHECK(c_.lin_grouped && dk <= 1024 && dv <= 1024);
-  const auto source = [&](int64_t channel) {  // a convolution channel's column in in_proj_qkvz's row
+  const int64_t key_width = c_.lin_key_width(), value_width = c_.lin_value_width();
+  const bool grouped = c_.lin_grouped;
+  CHRONOS_CHECK(dk <= 1024 && dv <= 1024 && grouped == (z == nullptr) && grouped == (a == nullptr));
+  // Grouped (Qwen3-Next): a row of in_proj_qkvz holds per key head g [q (dk), k (dk), v (per_key *
+  // dv), z (per_key * dv)], a row of in_proj_ba per key head [b (per_key), a (per_key)]. Else the
+  // rows are in the order used: q, k, v by head, z by value head, b and a by value head.
+  const int64_t group = 2 * dk + 2 * per_key * dv, row_width = grouped ? nk * group : conv_dim;
+  const auto source = [&](int64_t channel) {  // a convolution channel's column in qkv's row
+    if (!grouped) return channel;
     if (channel < 2 * key_width) {
       const int64_t part = channel / key_width, within = channel % key_width;
       return within / dk * group + part * dk + within % dk;
@@ -221,7 +225,7 @@ void CpuOps::gated_delta_net(float* out, const float* qkvz, const float* ba, int
           std::fill(state + j * conv_dim + begin, state + j * conv_dim + end, 0.0f);
       for (int64_t ch = begin; ch < end; ++ch) {
         const float* w = l.lin_conv + ch * kernel;
-        const float x = qkvz[t * row_width + source(ch)];
+        const float x = qkv[t * row_width + source(ch)];
         float sum = 0.0f;
         for (int64_t j = 0; j + 1 < kernel; ++j) sum += w[j] * state[j * conv_dim + ch];
         sum += w[kernel - 1] * x;
@@ -249,10 +253,10 @@ void CpuOps::gated_delta_net(float* out, const float* qkvz, const float* ba, int
       l2_normalized(q, row + g * dk, q_scale);
       l2_normalized(k, row + key_width + g * dk, 1.0f);
       const float* v = row + 2 * key_width + h * dv;
-      const float b = ba[t * 2 * nv + g * 2 * per_key + j];
-      const float a = ba[t * 2 * nv + g * 2 * per_key + per_key + j] + l.lin_dt_bias[h];
-      const float beta = 1.0f / (1.0f + std::exp(-b));
-      const float softplus = a > 20.0f ? a : std::log1p(std::exp(a));  // torch's threshold
+      const float b_h = grouped ? b[t * 2 * nv + g * 2 * per_key + j] : b[t * nv + h];
+      const float a_h = (grouped ? b[t * 2 * nv + g * 2 * per_key + per_key + j] : a[t * nv + h]) + l.lin_dt_bias[h];
+      const float beta = 1.0f / (1.0f + std::exp(-b_h));
+      const float softplus = a_h > 20.0f ? a_h : std::log1p(std::exp(a_h));  // torch's threshold
       const float decay = std::exp(decay_scale * softplus);
       float* state = kv_.state(batch_->seq(begin_ + t), layer) + conv_floats + h * dk * dv;  // [dk, dv]
       if (batch_->pos(begin_ + t) == 0) std::fill(state, state + dk * dv, 0.0f);
@@ -275,11 +279,12 @@ void CpuOps::gated_delta_net(float* out, const float* qkvz, const float* ba, int
         }
       }
       // The gated RMSNorm: each head's output normalized, scaled, and gated by silu(z).
-      const float* z = qkvz + t * row_width + g * group + 2 * dk + per_key * dv + j * dv;
+      const float* gate =
+          grouped ? qkv + t * row_width + g * group + 2 * dk + per_key * dv + j * dv : z + t * value_width + h * dv;
       float squares = 0.0f;
       for (int64_t x = 0; x < dv; ++x) squares += o[x] * o[x];
       const float inv = 1.0f / std::sqrt(squares / float(dv) + eps);
-      for (int64_t x = 0; x < dv; ++x) o[x] = l.lin_norm[x] * (o[x] * inv) * (z[x] / (1.0f + std::exp(-z[x])));
+      for (int64_t x = 0; x < dv; ++x) o[x] = l.lin_norm[x] * (o[x] * inv) * (gate[x] / (1.0f + std::exp(-gate[x])));
     }
   });
 }

@@ -31,7 +31,8 @@ class CpuOps final : public DeviceOps {
   void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) override;
   void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width) override;
   void sigmoid_mul(float* y, const float* gate, int64_t count) override;
-  void gated_delta_net(float* out, const float* qkvz, const float* ba, int64_t layer) override;
+  void gated_delta_net(float* out, const float* qkv, const float* z, const float* b, const float* a,
+                       int64_t layer) override;
   RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) override;
   void gather_rows(float* dst, const float* src, std::span<const int32_t> rows, int64_t width) override;
   void expert_wave(int64_t layer, const MoePlan& plan, std::span<const int32_t> ids,

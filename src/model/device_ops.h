@@ -36,7 +36,7 @@ struct LayerViews {
   const float* kv_a_norm = nullptr;
   const float* mla_uk = nullptr;             // [n_head, kv_lora_rank, qk_nope_dim]
   const float* mla_uv = nullptr;             // [n_head, v_head_dim, kv_lora_rank]
-  WeightView lin_qkv, lin_b;                 // Gated DeltaNet (LayerWeights)
+  WeightView lin_qkv, lin_z, lin_b, lin_a;   // Gated DeltaNet (LayerWeights)
   const float* lin_conv = nullptr;           // [conv_dim, kernel]
   const float* lin_a_log = nullptr;          // [v_heads]
   const float* lin_dt_bias = nullptr;        // [v_heads]
@@ -72,7 +72,8 @@ struct Activations {
   float* v = nullptr;     // [max_batch, kv_dim]
   float* attn = nullptr;  // [max_batch, q_dim] (Gated DeltaNet: [max_batch, its value width])
   // [max_batch, mix_width]: a gated attention's q_proj output (queries and gates), a Gated
-  // DeltaNet's in_proj_qkvz output; [max_batch, q_dim] the gates; [max_batch, 2 * v_heads] in_proj_ba's.
+  // DeltaNet's in_proj_qkvz (or in_proj_qkv) output; [max_batch, max(q_dim, value width)] the
+  // gates (or in_proj_z's output); [max_batch, 2 * v_heads] in_proj_ba's (or in_proj_b's, then a's).
   float* mix = nullptr;
   float* gate = nullptr;
   float* mix_ba = nullptr;
@@ -150,13 +151,16 @@ class DeviceOps {
   virtual void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width) = 0;
   virtual void sigmoid_mul(float* y, const float* gate, int64_t count) = 0;  // y *= sigmoid(gate)
   // Gated DeltaNet of `layer` over the chunk's rows, in row order, each continuing its sequence's
-  // recurrent state in the KV store (zeroed at position 0): from the rows of in_proj_qkvz (qkvz)
-  // and in_proj_ba (ba), grouped per key head (ModelConfig::lin_grouped), the causal convolution
-  // and SiLU over q, k, v, q and k L2-normalized (q also by 1/sqrt(k_dim)), per value head h (key
-  // head h / (v_heads / k_heads)) the state S decayed by exp(g), g = -exp(A_log) * softplus(a +
-  // dt_bias), S += k (beta (v - S^T k))^T with beta = sigmoid(b), o = S^T q; out [n, v_heads *
-  // v_dim] = each head's RMSNorm(o) * lin_norm * silu(z).
-  virtual void gated_delta_net(float* out, const float* qkvz, const float* ba, int64_t layer) = 0;
+  // recurrent state in the KV store (zeroed at position 0). Its inputs: with ModelConfig::
+  // lin_grouped, the rows of in_proj_qkvz in qkv and of in_proj_ba in b (z and a null), grouped per
+  // key head; else in_proj_qkv's [n, conv_dim], in_proj_z's [n, value width], in_proj_b's and
+  // in_proj_a's [n, v_heads]. The causal convolution and SiLU over q, k, v; q and k L2-normalized
+  // (q also by 1/sqrt(k_dim)); per value head h (key head h / (v_heads / k_heads)) the state S
+  // decayed by exp(g), g = -exp(A_log) * softplus(a + dt_bias), S += k (beta (v - S^T k))^T with
+  // beta = sigmoid(b), o = S^T q; out [n, v_heads * v_dim] = each head's RMSNorm(o) * lin_norm *
+  // silu(z).
+  virtual void gated_delta_net(float* out, const float* qkv, const float* z, const float* b, const float* a,
+                               int64_t layer) = 0;
   // The router of `kind` (model/router.h) over the logits in activations().router, n rows.
   virtual RoutedRows route(RouterKind kind, const float* bias, int64_t n, bool want_scores) = 0;
   // dst[r, :] = src[rows[r], :] (rows: host memory).

@@ -88,7 +88,9 @@ ModelViews host_views(const ModelWeights& w) {
                                       data(l.mla_uk),
                                       data(l.mla_uv),
                                       l.lin_qkv,
+                                      l.lin_z,
                                       l.lin_b,
+                                      l.lin_a,
                                       data(l.lin_conv),
                                       data(l.lin_a_log),
                                       data(l.lin_dt_bias),
@@ -127,9 +129,9 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   a.v = sized(s->v, max_batch * std::max(c.kv_dim(), c.qk_rope_dim));   // MLA: the rotary key
   a.attn = sized(s->attn, max_batch * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank, c.lin_value_width()}));
   const int64_t gated_q = c.attn_output_gate ? 2 * c.q_dim() : 0;
-  const int64_t qkvz = c.has_recurrent_layers() ? 2 * c.lin_key_width() + 2 * c.lin_value_width() : 0;
+  const int64_t qkvz = c.has_recurrent_layers() ? 2 * c.lin_key_width() + 2 * c.lin_value_width() : 0;  // >= conv_dim
   a.mix = sized(s->mix, max_batch * std::max(gated_q, qkvz));
-  a.gate = sized(s->gate, c.attn_output_gate ? max_batch * c.q_dim() : 0);
+  a.gate = sized(s->gate, max_batch * std::max(c.attn_output_gate ? c.q_dim() : 0, c.lin_value_width()));
   a.mix_ba = sized(s->mix_ba, max_batch * 2 * c.lin_v_heads);
   if (c.has_recurrent_layers()) s->lin_conv_out.resize(size_t(max_batch * c.lin_conv_dim()));
   a.ffn_out = sized(s->ffn_out, max_batch * c.n_embd);

@@ -79,6 +79,8 @@ WeightView& matrix_slot(LayerWeights& l, const TensorSpec& spec) {
     case TensorRole::kRouter: return l.router;
     case TensorRole::kLinQkv: return l.lin_qkv;
     case TensorRole::kLinB: return l.lin_b;
+    case TensorRole::kLinZ: return l.lin_z;
+    case TensorRole::kLinA: return l.lin_a;
     case TensorRole::kExpertGate: return l.experts[size_t(spec.expert)].gate;
     case TensorRole::kExpertUp: return l.experts[size_t(spec.expert)].up;
     case TensorRole::kExpertDown: return l.experts[size_t(spec.expert)].down;
@@ -440,12 +442,21 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& dir, const Model
     w.output = w.tok_embd;
     if (find("lm_head.weight") != nullptr) used.insert("lm_head.weight");
   }
-  int64_t n_unused = 0;
+  int64_t n_unused = 0, n_vision = 0;
   for (const TensorInfo* t : model->all_tensors()) {
+    if (c.vision_encoder_ignored && t->name.starts_with("model.visual.")) {
+      ++n_vision;
+      continue;
+    }
     if (used.count(t->name) == 0) {
       if (n_unused++ < 5) spdlog::warn("{}: tensor {} is not used by {}; ignored", t->file, t->name, c.arch_name());
     }
   }
+  if (c.vision_encoder_ignored)
+    spdlog::warn(
+        "{}: a vision-language checkpoint: Chronos runs its text model; the vision encoder ({} tensors under "
+        "model.visual.) is not loaded, and image or video inputs are not supported",
+        dir.string(), n_vision);
   if (stream_gguf) model->gguf_experts_ = std::make_shared<const PackManifest>(streamed_gguf_manifest(*model, slices));
   if (c.n_moe_layers() > 0) sizes.bytes_per_expert = sizes.expert_bytes / (c.n_moe_layers() * c.n_expert);
   // Resident experts may mix types (a GGUF Q4_K_M file): the model's expert type is the one that

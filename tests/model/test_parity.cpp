@@ -198,7 +198,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ParityTest, ::testing::ValuesIn(fixture_names
 TEST(ParityFixtures, EveryArchitecturePresent) {
   const auto names = fixture_names();
   for (const char* arch : {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "glm4_moe", "minimax_m2", "deepseek_v2",
-                           "deepseek_v3", "glm4_moe_lite", "gpt_oss", "qwen3_next"}) {
+                           "deepseek_v3", "glm4_moe_lite", "gpt_oss", "qwen3_next", "qwen3_5_moe"}) {
     EXPECT_TRUE(std::any_of(names.begin(), names.end(),
                             [&](const std::string& n) { return n.find(arch) != std::string::npos; }))
         << "no fixture for " << arch;

@@ -39,10 +39,13 @@ enum class TensorRole {
   kAttnKvB,      // kv_b_proj [n_head * (qk_nope_dim + v_head_dim), kv_lora_rank]
   kAttnOBias,    // o_proj.bias [n_embd]
   kAttnSinks,    // gpt-oss: one sink logit per head [n_head]
-  // Gated DeltaNet (Qwen3-Next): in_proj_qkvz, in_proj_ba (rows grouped per key head), conv1d
-  // [conv_dim, 1, kernel], A_log and dt_bias [v_heads], the gated norm [v_dim]; out_proj is kAttnO.
+  // Gated DeltaNet: Qwen3-Next's in_proj_qkvz and in_proj_ba (rows grouped per key head) as kLinQkv
+  // and kLinB, or Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; conv1d [conv_dim, 1,
+  // kernel], A_log and dt_bias [v_heads], the gated norm [v_dim]; out_proj is kAttnO.
   kLinQkv,
+  kLinZ,
   kLinB,
+  kLinA,
   kLinConv,
   kLinALog,
   kLinDtBias,
@@ -149,6 +152,7 @@ const ArchSpec& arch_deepseek_v3();
 const ArchSpec& arch_glm4_moe_lite();
 const ArchSpec& arch_gpt_oss();
 const ArchSpec& arch_qwen3_next();
+const ArchSpec& arch_qwen3_5_moe();
 
 // All registered architectures; find_arch returns nullptr for an unknown model_type.
 std::span<const ArchSpec* const> all_archs();

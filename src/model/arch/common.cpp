@@ -13,10 +13,10 @@ namespace chronos {
 std::span<const ArchSpec* const> all_archs() {
   // deepseek_v2 answers for deepseek2 GGUF files (their gating key picks V2 or V3); GLM-4.7-Flash's
   // deepseek2 files are DeepSeek-V3's model.
-  static const std::array<const ArchSpec*, 11> archs = {&arch_mixtral(),     &arch_qwen2_moe(),   &arch_qwen3_moe(),
+  static const std::array<const ArchSpec*, 12> archs = {&arch_mixtral(),     &arch_qwen2_moe(),   &arch_qwen3_moe(),
                                                         &arch_olmoe(),       &arch_glm4_moe(),    &arch_minimax_m2(),
                                                         &arch_deepseek_v2(), &arch_deepseek_v3(), &arch_glm4_moe_lite(),
-                                                        &arch_gpt_oss(),     &arch_qwen3_next()};
+                                                        &arch_gpt_oss(),     &arch_qwen3_next(),  &arch_qwen3_5_moe()};
   return archs;
 }
 

@@ -10,7 +10,17 @@
 //   head's output gated by silu(z), out_proj;
 // - every RMSNorm but the gated one scales by (1 + w): the loader adds the 1 (ModelConfig::
 //   norm_plus_one), so the forward's norms stay plain.
+//
+// Qwen3.5 / Qwen3.6 MoE (qwen3_5_moe) is the same model with: in_proj_qkv, in_proj_z, in_proj_b and
+// in_proj_a in the order their heads are used (not grouped); every layer MoE, renormalized; the text
+// model's config nested in text_config and its tensors under model.language_model. (present()
+// lists them under model.), beside a vision encoder that is not loaded (model.visual.); the
+// interleaved multimodal rotary, which for text (the same position on its three axes) is the plain
+// one.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <string_view>
 
 #include "chronos/error.h"
 #include "model/arch/qwen_moe_common.h"
@@ -61,16 +71,17 @@ void read_layer_types(const nlohmann::json& j, ModelConfig& c) {
 }
 
 void read_config(const nlohmann::json& j, ModelConfig& c) {
+  const bool next = c.model_type == "qwen3_next";
   c.n_expert = qwen_moe::read_expert_count(j);
   c.n_ff_expert = json_int_or(j, "moe_intermediate_size", 0);
   c.n_ff_shared = json_int_or(j, "shared_expert_intermediate_size", 0);
   c.shared_expert_gated = c.n_ff_shared > 0;
   c.n_ff_dense = json_int_or(j, "intermediate_size", 0);
-  c.norm_topk_prob = json_bool_or(j, "norm_topk_prob", true);
+  c.norm_topk_prob = !next || json_bool_or(j, "norm_topk_prob", true);  // Qwen3.5 always renormalizes
   c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-6));
   c.qk_norm = QkNorm::kPerHead;
   c.attn_output_gate = true;
-  c.lin_grouped = true;
+  c.lin_grouped = next;
   // A GGUF file's norms already hold 1 + w (llama.cpp's converter adds it); its config says so.
   c.norm_plus_one = json_bool_or(j, "chronos_norm_plus_one", true);
   if (json_bool_or(j, "attention_bias", false)) throw_error("attention_bias: true is not supported");
@@ -85,9 +96,16 @@ void add_linear_attention_tensors(const ModelConfig& c, int64_t il, std::vector<
   out.push_back({TensorRole::kAttnNorm, il, -1, p + "input_layernorm.weight", {c.n_embd}});
   out.push_back({TensorRole::kFfnNorm, il, -1, p + "post_attention_layernorm.weight", {c.n_embd}});
   const std::string a = p + "linear_attn.";
-  const int64_t qkvz = 2 * c.lin_key_width() + 2 * c.lin_value_width();
-  out.push_back({TensorRole::kLinQkv, il, -1, a + "in_proj_qkvz.weight", {qkvz, c.n_embd}});
-  out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_ba.weight", {2 * c.lin_v_heads, c.n_embd}});
+  if (c.lin_grouped) {
+    const int64_t qkvz = 2 * c.lin_key_width() + 2 * c.lin_value_width();
+    out.push_back({TensorRole::kLinQkv, il, -1, a + "in_proj_qkvz.weight", {qkvz, c.n_embd}});
+    out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_ba.weight", {2 * c.lin_v_heads, c.n_embd}});
+  } else {
+    out.push_back({TensorRole::kLinQkv, il, -1, a + "in_proj_qkv.weight", {c.lin_conv_dim(), c.n_embd}});
+    out.push_back({TensorRole::kLinZ, il, -1, a + "in_proj_z.weight", {c.lin_value_width(), c.n_embd}});
+    out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_b.weight", {c.lin_v_heads, c.n_embd}});
+    out.push_back({TensorRole::kLinA, il, -1, a + "in_proj_a.weight", {c.lin_v_heads, c.n_embd}});
+  }
   out.push_back({TensorRole::kLinConv, il, -1, a + "conv1d.weight", {c.lin_conv_dim(), 1, c.lin_conv_kernel}});
   out.push_back({TensorRole::kLinALog, il, -1, a + "A_log", {c.lin_v_heads}});
   out.push_back({TensorRole::kLinDtBias, il, -1, a + "dt_bias", {c.lin_v_heads}});
@@ -110,7 +128,10 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
     qwen_moe::add_moe_tensors(c, il, out);
     if (c.n_ff_shared > 0) {
       add_shared_expert_tensors(c, il, "mlp.shared_expert", out);
-      out.push_back({TensorRole::kSharedExpertGate, il, -1, fmt::format("model.layers.{}.mlp.shared_expert_gate.weight", il),
+      out.push_back({TensorRole::kSharedExpertGate,
+                     il,
+                     -1,
+                     fmt::format("model.layers.{}.mlp.shared_expert_gate.weight", il),
                      {1, c.n_embd}});
     }
   }
@@ -119,6 +140,72 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
 
 void gguf_config(const GgufFacts& f, nlohmann::json&) {
   throw_error("{}: GGUF {} files are not supported yet (load the Hugging Face checkpoint)", f.path, f.arch);
+}
+
+MadeTensor& made_from(std::vector<std::shared_ptr<const MadeTensor>>& out, const TensorInfo& from, std::string name) {
+  auto made = std::make_shared<MadeTensor>();
+  made->info = from;
+  made->info.name = std::move(name);
+  out.push_back(made);
+  return *made;
+}
+
+// A layer's experts stored fused (mlp.experts.gate_up_proj [E, 2I, H], gate rows then up rows, and
+// down_proj [E, H, I]), as transformers' own modules hold them: each expert's gate, up and down as
+// slices of the stored bytes, no copy.
+void split_fused_experts(TensorStore& store, const ModelConfig& c, const std::string& source, int64_t il,
+                         std::vector<std::string>& replaced, std::vector<std::shared_ptr<const MadeTensor>>& made) {
+  const std::string p = fmt::format("model.layers.{}.mlp.experts.", il);
+  const TensorInfo* gate_up = store.find(p + "gate_up_proj");
+  const TensorInfo* down = store.find(p + "down_proj");
+  if (gate_up == nullptr && down == nullptr) return;
+  const int64_t E = c.n_expert, H = c.n_embd, I = c.n_ff_expert;
+  const auto check = [&](const TensorInfo* t, const char* name, std::vector<int64_t> shape) -> const TensorInfo& {
+    if (t == nullptr) throw_error("{}: tensor {}{} is missing (fused experts come in pairs)", source, p, name);
+    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16)
+      throw_error("{}: tensor {}: dtype {} is not supported (F32, F16 or BF16)", t->file, t->name,
+                  dtype_name(t->dtype));
+    if (t->shape != shape)
+      throw_error("{}: tensor {}: shape [{}], expected [{}]", t->file, t->name, fmt::join(t->shape, ","),
+                  fmt::join(shape, ","));
+    return *t;
+  };
+  const TensorInfo& gu = check(gate_up, "gate_up_proj", {E, 2 * I, H});
+  const TensorInfo& dn = check(down, "down_proj", {E, H, I});
+  const auto slice = [&](const TensorInfo& from, std::string name, int64_t row, int64_t rows, int64_t cols) {
+    MadeTensor& t = made_from(made, from, std::move(name));
+    const int64_t offset = row * dtype_row_bytes(from.dtype, cols);
+    t.info.shape = {rows, cols};
+    t.info.n_bytes = rows * dtype_row_bytes(from.dtype, cols);
+    t.info.data = reinterpret_cast<const std::byte*>(from.data) + offset;
+    t.info.file_offset = from.file_offset + offset;
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string q = fmt::format("{}{}.", p, e);
+    slice(gu, q + "gate_proj.weight", e * 2 * I, I, H);
+    slice(gu, q + "up_proj.weight", e * 2 * I + I, I, H);
+    slice(dn, q + "down_proj.weight", e * H, H, I);
+  }
+  replaced.push_back(gu.name);
+  replaced.push_back(dn.name);
+}
+
+// Qwen3.5's text model under model.language_model. is listed under model. (a text-only
+// checkpoint's own names), and fused experts per expert.
+void present_qwen3_5(TensorStore& store, const ModelConfig& c, const std::string& source) {
+  constexpr std::string_view kNested = "model.language_model.";
+  std::vector<std::string> replaced;
+  std::vector<std::shared_ptr<const MadeTensor>> made;
+  for (const TensorInfo* t : store.all()) {
+    if (!t->name.starts_with(kNested)) continue;
+    replaced.push_back(t->name);
+    made_from(made, *t, "model." + t->name.substr(kNested.size()));
+  }
+  store.present(replaced, std::move(made));
+  replaced.clear();
+  made.clear();
+  for (int64_t il = 0; il < c.n_layer; ++il) split_fused_experts(store, c, source, il, replaced, made);
+  store.present(replaced, std::move(made));
 }
 
 }  // namespace
@@ -134,6 +221,13 @@ const ArchSpec& arch_qwen3_next() {
                              qwen_moe::kGgufNames,
                              "moe_intermediate_size",
                              0.25};
+  return spec;
+}
+
+const ArchSpec& arch_qwen3_5_moe() {
+  static const ArchSpec spec{
+      Arch::kQwen35Moe, "qwen3_5_moe",        "Qwen3.5-MoE",           read_config, tensor_table,   "qwen35moe",
+      gguf_config,      qwen_moe::kGgufNames, "moe_intermediate_size", 0.25,        present_qwen3_5};
   return spec;
 }
 

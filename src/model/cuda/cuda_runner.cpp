@@ -141,7 +141,9 @@ class CudaOps final : public DeviceOps {
   // refuses such models before any op runs.
   void split_heads(float*, float*, const float*, int64_t, int64_t, int64_t) override { unsupported(); }
   void sigmoid_mul(float*, const float*, int64_t) override { unsupported(); }
-  void gated_delta_net(float*, const float*, const float*, int64_t) override { unsupported(); }
+  void gated_delta_net(float*, const float*, const float*, const float*, const float*, int64_t) override {
+    unsupported();
+  }
   [[noreturn]] void unsupported() const {
     throw_error("{}: this model's layers have no CUDA kernels", cfg_.arch_name());
   }
