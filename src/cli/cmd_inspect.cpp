@@ -195,12 +195,18 @@ int run_inspect(const InspectArgs& args) {
     add_once(kinds.attention, name_of(kind.attention));
     if (kind.ffn == FfnKind::kMoe) add_once(kinds.router, name_of(kind.router));
   }
-  const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 1);
+  // Bytes one more position adds (every attention layer's), and a sequence's recurrent state
+  // (Gated DeltaNet layers), which does not grow with it.
+  const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 2) - KvStore::bytes_per_slot(c, 1);
+  const int64_t state_bytes = KvStore::bytes_per_slot(c, 1) - kv_bytes_per_token;
+  int64_t attention_layers = 0, recurrent_layers = 0;
+  for (const LayerKind& kind : c.layers)
+    ++(kind.attention == AttentionKind::kGatedDeltaNet ? recurrent_layers : attention_layers);
   // Layers with their own window (gpt-oss) keep a ring of window + batch - 1 positions.
   int64_t ring_layers = 0, ring = 0;
   for (int64_t il = 0; il < c.n_layer; ++il)
     if (const int64_t kept = KvStore::layer_positions(c, il, c.n_ctx_train, kDefaultPrefillBatch);
-        kept < c.n_ctx_train) {
+        c.layers[size_t(il)].attention != AttentionKind::kGatedDeltaNet && kept < c.n_ctx_train) {
       ++ring_layers;
       ring = kept;
     }
@@ -209,6 +215,10 @@ int run_inspect(const InspectArgs& args) {
                        : fmt::format("; {} sliding layers keep their last {} positions at -b {}, {} per sequence",
                                      ring_layers, ring, kDefaultPrefillBatch,
                                      human_bytes(ring_layers * ring * 2 * c.kv_dim() * int64_t(sizeof(float))));
+  const std::string state_text =
+      recurrent_layers == 0 ? ""
+                            : fmt::format("; {} Gated DeltaNet layers keep a recurrent state instead, {} per sequence",
+                                          recurrent_layers, human_bytes(state_bytes));
   // MLA's cache against the keys and values its heads would have expanded (f32 both).
   const int64_t kv_expanded_bytes_per_token =
       c.mla() ? c.n_layer * c.n_head * (c.head_dim + c.v_head_dim) * int64_t(sizeof(float)) : kv_bytes_per_token;
@@ -241,6 +251,9 @@ int run_inspect(const InspectArgs& args) {
         {"kv_bytes_per_token_expanded", kv_expanded_bytes_per_token},
         {"kv_sliding_layers", ring_layers},
         {"kv_sliding_positions", ring},
+        {"recurrent_layers", recurrent_layers},
+        {"recurrent_state_bytes_per_sequence", state_bytes},
+        {"vision_encoder_ignored", c.vision_encoder_ignored},
         {"params_total", total_params},
         {"params_active_per_token", active_params},
         {"dense_params", s.dense_params},
@@ -279,7 +292,9 @@ int run_inspect(const InspectArgs& args) {
     return 0;
   }
   fmt::print("model            {}\n", dir.string());
-  fmt::print("architecture     {} ({})\n", c.arch_name(), c.model_type);
+  fmt::print(
+      "architecture     {} ({}{})\n", c.arch_name(), c.model_type,
+      c.vision_encoder_ignored ? "; its text model: the vision encoder is not loaded, image inputs unsupported" : "");
   fmt::print("layers           {} ({} MoE, {} dense)\n", c.n_layer, c.n_moe_layers(), c.n_layer - c.n_moe_layers());
   fmt::print(
       "experts          {} routed per MoE layer, top-{}{}, expert FFN {}{}{}{}\n", c.n_expert, c.n_expert_used,
@@ -296,6 +311,11 @@ int run_inspect(const InspectArgs& args) {
                c.n_rot < c.head_dim ? fmt::format(" ({} rotary)", c.n_rot) : "",
                c.attn_qkv_bias ? (c.attn_o_bias ? ", q/k/v/o bias" : ", q/k/v bias") : "",
                c.attn_sinks ? ", sinks" : "", windows_text(c));
+  if (recurrent_layers > 0)
+    fmt::print("linear attention {} of {} layers: {} key heads of {}, {} value heads of {}, convolution {}{}{}\n",
+               recurrent_layers, c.n_layer, c.lin_k_heads, c.lin_k_dim, c.lin_v_heads, c.lin_v_dim, c.lin_conv_kernel,
+               c.attn_output_gate ? "; full attention with an output gate" : "",
+               c.norm_plus_one ? ", (1 + w) norms" : "");
   if (!kinds.router.empty())
     fmt::print("router           {}{}{}{}\n", fmt::join(kinds.router, ", "), c.router_logit_bias ? " (logit bias)" : "",
                c.n_group > 1 ? fmt::format(", top-{} of {} groups", c.topk_group, c.n_group) : "",
@@ -307,9 +327,10 @@ int run_inspect(const InspectArgs& args) {
         human_bytes(kv_bytes_per_token), c.kv_lora_rank, c.qk_rope_dim, c.n_layer,
         human_bytes(kv_expanded_bytes_per_token), double(kv_expanded_bytes_per_token) / double(kv_bytes_per_token));
   else
-    fmt::print("KV cache         {} per token (f32 keys and values of {} layer{}{})\n",
-               human_bytes(kv_bytes_per_token * (c.n_layer - ring_layers) / c.n_layer), c.n_layer - ring_layers,
-               c.n_layer - ring_layers == 1 ? "" : "s", ring_text);
+    fmt::print("KV cache         {} per token (f32 keys and values of {} layer{}{}{})\n",
+               human_bytes(
+                   attention_layers > 0 ? kv_bytes_per_token * (attention_layers - ring_layers) / attention_layers : 0),
+               attention_layers - ring_layers, attention_layers - ring_layers == 1 ? "" : "s", ring_text, state_text);
   fmt::print("vocabulary       {}\n", c.n_vocab);
   fmt::print(
       "context          {} (rope theta {}{})\n", c.n_ctx_train, c.rope_theta,

@@ -219,7 +219,7 @@ TEST_P(Streaming, FallbackNeverWaitsAndCountsWhatItSkipped) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Streaming,
                          ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32",
-                                           "deepseek_v3-f32", "gpt_oss-mxfp4"));
+                                           "deepseek_v3-f32", "gpt_oss-mxfp4", "qwen3_next-f32", "qwen3_5_moe-bf16"));
 
 class StreamingErrors : public Streaming {};
 
@@ -508,7 +508,7 @@ TEST_P(LowbitMisses, Q8CopiesAreFarCloserToExactThanTheFallback) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LowbitMisses,
                          ::testing::Values("qwen2_moe-f32", "mixtral-bf16", "olmoe-f32", "glm4_moe-f32",
-                                           "deepseek_v3-f32", "gpt_oss-mxfp4"));
+                                           "deepseek_v3-f32", "gpt_oss-mxfp4", "qwen3_next-f32", "qwen3_5_moe-f32"));
 
 TEST_F(StreamingErrors, LowbitWithoutCopiesOrBudgetIsRefused) {
   const fs::path dir = fixture("mixtral-f32");

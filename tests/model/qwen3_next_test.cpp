@@ -64,7 +64,8 @@ TEST(Qwen3Next, LogitsAboutAsCloseToFloat64AsTransformersF32) {
           }
         }
         EXPECT_LE(ours, 1e-3) << fixture << ", " << ids.size() << " tokens, batch " << batch;
-        EXPECT_LE(ours, 2.0 * std::max(transformers, 1e-4)) << fixture << ", " << ids.size() << " tokens, batch " << batch;
+        EXPECT_LE(ours, 2.0 * std::max(transformers, 1e-4))
+            << fixture << ", " << ids.size() << " tokens, batch " << batch;
         std::printf("%s, %zu tokens, batch %ld: max |logit - float64| %.2g (transformers f32: %.2g)\n", fixture.c_str(),
                     ids.size(), long(batch), ours, transformers);
         ++checked;

@@ -181,7 +181,8 @@ TEST_P(Batched, EachSequenceGetsItsAloneLogitsAndTokens) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Batched,
                          ::testing::Values("mixtral-bf16", "qwen2_moe-f32", "qwen3_moe-bf16", "olmoe-f32",
                                            "glm4_moe-f32", "minimax_m2-f32", "deepseek_v2-f32", "deepseek_v3-f32",
-                                           "glm4_moe_lite-f32", "gpt_oss-f32", "gpt_oss-mxfp4"));
+                                           "glm4_moe_lite-f32", "gpt_oss-f32", "gpt_oss-mxfp4", "qwen3_next-f32",
+                                           "qwen3_5_moe-bf16"));
 
 TEST(KvStore, SlotsAreReusedAndAFullStoreIsAClearError) {
   const auto model = Model::load(kModels / "qwen3_moe-f32");
