@@ -25,6 +25,13 @@ llama.cpp's converter's output for their folders (conversion/deepseek.py's Deeps
 this vocabulary; general.* aside) but for one key: deepseek2.expert_gating_func, which the converter
 takes from config.json's scoring_func. transformers 5 does not save scoring_func, DeepSeek's published
 configs have it (V3 sigmoid, V2 softmax), so it is written as for those (DEEPSEEK_SCORING).
+
+qwen3_next-f32.gguf and qwen3_5_moe-f32.gguf are llama.cpp's own converter's output
+(convert_hf_to_gguf.py --outtype f32 --no-mtp, from a llama.cpp source tree given as --llama-cpp,
+e.g. the one scripts/build_peers.sh unpacks), run with the fixture vocabulary taken as Qwen2's
+pre-tokenizer (the converter knows vocabularies by a hash of their output; the fixture's trained one
+is not among them). Its Gated DeltaNet layouts are intricate enough that the file is taken as it
+writes it, not rebuilt here.
 """
 import argparse
 import json
@@ -596,6 +603,30 @@ def write_mixed_fixtures(out: pathlib.Path) -> None:
         write_model_fixture(source, reference, out / "mixed-types-f32.gguf", "f32")
 
 
+RECURRENT_FIXTURES = ("qwen3_next", "qwen3_5_moe")
+CONVERTER_RUNNER = """
+import runpy, sys
+source = sys.argv[1]
+sys.path[:0] = [source + "/gguf-py", source]
+import conversion.base as base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
+sys.argv = [source + "/convert_hf_to_gguf.py"] + sys.argv[2:]
+runpy.run_path(source + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
+
+
+def write_converted_fixtures(out: pathlib.Path, llama_cpp: pathlib.Path, only=None) -> None:
+    """The recurrent families' files, written by llama.cpp's converter (see the module docstring)."""
+    models = out.parent / "models"
+    for model_type in RECURRENT_FIXTURES:
+        name = f"{model_type}-f32"
+        if only and name not in only:
+            continue
+        subprocess.run([sys.executable, "-c", CONVERTER_RUNNER, str(llama_cpp), str(models / name), "--outtype", "f32",
+                        "--no-mtp", "--outfile", str(out / f"{name}.gguf")], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     root = pathlib.Path(__file__).resolve().parent.parent
@@ -604,18 +635,25 @@ def main() -> None:
                         help="the chronos binary that writes the quantized packs")
     parser.add_argument("--only", nargs="+", metavar="NAME",
                         help="write only these model fixtures (e.g. glm4_moe-f32), nothing else")
+    parser.add_argument("--llama-cpp", type=pathlib.Path,
+                        help="a llama.cpp source tree whose converter writes the qwen3next and qwen35moe fixtures "
+                             "(without it they are left as they are)")
     parser.add_argument("--mixed-only", action="store_true",
                         help="write only mixed-types.gguf and mixed-types-f32.gguf (no chronos binary needed)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.only:
         write_model_fixtures(args.out, args.chronos, args.only)
+        if args.llama_cpp:
+            write_converted_fixtures(args.out, args.llama_cpp, args.only)
         return
     write_mixed_fixtures(args.out)
     if args.mixed_only:
         return
     write_reader_fixture(args.out / "reader.gguf")
     write_model_fixtures(args.out, args.chronos)
+    if args.llama_cpp:
+        write_converted_fixtures(args.out, args.llama_cpp)
 
 
 if __name__ == "__main__":

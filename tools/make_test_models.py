@@ -133,7 +133,7 @@ VARIANTS = [
 ]
 ARCH_SEEDS = {"mixtral": 11, "qwen2_moe": 22, "qwen3_moe": 33, "olmoe": 44, "glm4_moe": 55, "minimax_m2": 66,
               "deepseek_v3": 77, "deepseek_v2": 88, "glm4_moe_lite": 99, "gpt_oss": 110,
-              "qwen3_next": 121, "qwen3_5_moe": 132}
+              "qwen3_next": 123, "qwen3_5_moe": 132}
 
 # DeepSeek's YaRN with both mscales present and different, so the rotary attention factor
 # (mscale / mscale_all_dim) and the softmax scale (mscale_all_dim squared) both differ from 1.
@@ -259,12 +259,13 @@ def build_config(arch, vocab_size, eos_id, tie, plain=False):
         # Gated DeltaNet on layers 0, 2 and 3 (2 key heads of 16 for 4 value heads of 24: two value
         # heads per key head, widths that differ so a mixed-up axis shows), full attention on layer 1
         # with the output gate, per-head q/k norm and a quarter of its 32-wide heads rotary; 16
-        # experts, top-4, renormalized, a gated shared expert, layer 1 dense. Every norm random (the
+        # experts, top-4, renormalized, a gated shared expert on every layer (as released: llama.cpp's
+        # converter has no names for a dense layer of this family). Every norm random (the
         # (1 + w) ones around w = 0); A_log near -2.5 so the state decays slowly enough to carry
         # across the 150-token prompt's two chunks of 64.
         nxt = dict(common, num_hidden_layers=4, head_dim=32, num_experts_per_tok=4, num_experts=16,
                    moe_intermediate_size=32, shared_expert_intermediate_size=40, intermediate_size=48,
-                   mlp_only_layers=[1], decoder_sparse_step=1, norm_topk_prob=True,
+                   mlp_only_layers=[], decoder_sparse_step=1, norm_topk_prob=True,
                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
                    linear_value_head_dim=24, linear_conv_kernel_dim=4,
                    layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])

@@ -75,7 +75,8 @@ class GgufFile {
   std::vector<std::string> get_string_array(std::string_view key) const;
   std::vector<float> get_f32_array(std::string_view key) const;
   std::vector<int32_t> get_i32_array(std::string_view key) const;
-  std::vector<std::string> keys() const;  // in file order
+  std::vector<bool> get_bool_array(std::string_view key) const;  // bool elements (or integers: != 0)
+  std::vector<std::string> keys() const;                         // in file order
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }  // in file order
   const GgufTensor* find(std::string_view name) const;                 // nullptr if absent

@@ -51,9 +51,9 @@ struct LayerWeights {
   std::vector<float> q_a_norm, kv_a_norm;
   std::vector<float> mla_uk, mla_uv;
   // Gated DeltaNet (AttentionKind::kGatedDeltaNet; out_proj is wo): in_proj_qkvz and in_proj_ba,
-  // rows grouped per key head (ModelConfig::lin_grouped), or in_proj_qkv, in_proj_z, in_proj_b and
-  // in_proj_a; the convolution [conv_dim, kernel], A_log and dt_bias [v_heads], and the gated
-  // RMSNorm's weight [v_dim].
+  // rows grouped per key head, or in_proj_qkv, in_proj_z, in_proj_b and in_proj_a (ModelConfig's
+  // lin_qkvz_grouped and lin_ba_grouped); the convolution [conv_dim, kernel], A_log and dt_bias [v_heads], and the
+  // gated RMSNorm's weight [v_dim].
   WeightView lin_qkv, lin_z, lin_b, lin_a;
   std::vector<float> lin_conv, lin_a_log, lin_dt_bias, lin_norm;
   WeightView router;                     // [n_expert, n_embd]

@@ -143,11 +143,14 @@ struct ModelConfig {
   // whose sigmoid scales the head's output before o_proj.
   bool attn_output_gate = false;
   // Gated DeltaNet layers (AttentionKind::kGatedDeltaNet): key heads (query heads too) and value
-  // heads and their widths, and the depthwise convolution's kernel. lin_grouped: Qwen3-Next's
-  // in_proj_qkvz and in_proj_ba, whose rows are grouped per key head; else Qwen3.5's in_proj_qkv,
-  // in_proj_z, in_proj_b and in_proj_a, each in the order its heads are used.
+  // heads and their widths, and the depthwise convolution's kernel. How the in-projections are
+  // stored: lin_qkvz_grouped, Qwen3-Next's in_proj_qkvz (rows grouped per key head: q, k, its
+  // value heads, their z), else in_proj_qkv (q, k, v by head) and in_proj_z; lin_ba_grouped, its
+  // in_proj_ba (per key head: its value heads' b, then their a), else in_proj_b and in_proj_a.
+  // lin_v_tiled: value head p belongs to key head p % k_heads (Qwen3.5's GGUF files reorder them so)
+  // instead of p / (v_heads / k_heads).
   int64_t lin_k_heads = 0, lin_v_heads = 0, lin_k_dim = 0, lin_v_dim = 0, lin_conv_kernel = 0;
-  bool lin_grouped = false;
+  bool lin_qkvz_grouped = false, lin_ba_grouped = false, lin_v_tiled = false;
   // Qwen3-Next's checkpoints store each RMSNorm weight (but the gated one's) as w for a scale of
   // 1 + w: the loader adds the 1.
   bool norm_plus_one = false;

@@ -550,6 +550,24 @@ std::vector<int32_t> GgufFile::get_i32_array(std::string_view key) const {
   return out;
 }
 
+std::vector<bool> GgufFile::get_bool_array(std::string_view key) const {
+  const auto it = kv_index_.find(key);
+  if (it == kv_index_.end()) return {};
+  const Value& value = *kv_[it->second].second;
+  if (value.type != GgufValueType::kArray ||
+      !(value.element_type == GgufValueType::kBool || is_integer(value.element_type)))
+    wrong_type(path_, key, value, "array of bools");
+  const uint64_t size = scalar_size(value.element_type);
+  std::vector<bool> out;
+  out.reserve(size_t(value.count));
+  for (uint64_t i = 0; i < value.count; ++i) {
+    int64_t element = 0;
+    integer_at(value.element_type, value.elements + i * size, element);
+    out.push_back(element != 0);
+  }
+  return out;
+}
+
 std::vector<std::string> GgufFile::keys() const {
   std::vector<std::string> out;
   out.reserve(kv_.size());

@@ -90,19 +90,14 @@ void Model::linear_attention(DeviceOps& dev, ForwardState& st, int64_t il, int64
   const ModelConfig& c = config_;
   const LayerViews& l = dev.weights().layers[size_t(il)];
   const Activations& a = dev.activations();
-  if (c.lin_grouped) {
-    dev.project(a.mix, a.xn, l.lin_qkv, n);   // [n, 2 * key width + 2 * value width]
-    dev.project(a.mix_ba, a.xn, l.lin_b, n);  // [n, 2 * v_heads]
-    dev.gated_delta_net(a.attn, a.mix, nullptr, a.mix_ba, nullptr, il);
-  } else {
-    float* b = a.mix_ba;
-    float* gate_a = a.mix_ba + n * c.lin_v_heads;
-    dev.project(a.mix, a.xn, l.lin_qkv, n);  // [n, conv_dim]
-    dev.project(a.gate, a.xn, l.lin_z, n);   // [n, value width]
-    dev.project(b, a.xn, l.lin_b, n);        // [n, v_heads]
-    dev.project(gate_a, a.xn, l.lin_a, n);   // [n, v_heads]
-    dev.gated_delta_net(a.attn, a.mix, a.gate, b, gate_a, il);
-  }
+  // In the layouts ModelConfig describes: z inside in_proj_qkvz or apart, a inside in_proj_ba or apart.
+  dev.project(a.mix, a.xn, l.lin_qkv, n);  // [n, 2 * key width + 2 * value width] or [n, conv_dim]
+  float* z = c.lin_qkvz_grouped ? nullptr : a.gate;
+  if (z != nullptr) dev.project(z, a.xn, l.lin_z, n);  // [n, value width]
+  dev.project(a.mix_ba, a.xn, l.lin_b, n);             // [n, 2 * v_heads] or [n, v_heads]
+  float* decay_in = c.lin_ba_grouped ? nullptr : a.mix_ba + n * c.lin_v_heads;
+  if (decay_in != nullptr) dev.project(decay_in, a.xn, l.lin_a, n);  // [n, v_heads]
+  dev.gated_delta_net(a.attn, a.mix, z, a.mix_ba, decay_in, il);
   trace(dev, st, "linear_attn", il, a.attn, n * c.lin_value_width());
   dev.project(a.ffn_out, a.attn, l.wo, n);  // [n, n_embd]
 }

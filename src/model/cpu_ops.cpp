@@ -199,8 +199,8 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
   const int64_t nk = c_.lin_k_heads, nv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
   const int64_t per_key = nv / nk, kernel = c_.lin_conv_kernel, conv_dim = c_.lin_conv_dim();
   const int64_t key_width = c_.lin_key_width(), value_width = c_.lin_value_width();
-  const bool grouped = c_.lin_grouped;
-  CHRONOS_CHECK(dk <= 1024 && dv <= 1024 && grouped == (z == nullptr) && grouped == (a == nullptr));
+  const bool grouped = z == nullptr, ba_grouped = a == nullptr, tiled = c_.lin_v_tiled;
+  CHRONOS_CHECK(dk <= 1024 && dv <= 1024 && grouped == c_.lin_qkvz_grouped && ba_grouped == c_.lin_ba_grouped);
   // Grouped (Qwen3-Next): a row of in_proj_qkvz holds per key head g [q (dk), k (dk), v (per_key *
   // dv), z (per_key * dv)], a row of in_proj_ba per key head [b (per_key), a (per_key)]. Else the
   // rows are in the order used: q, k, v by head, z by value head, b and a by value head.
@@ -239,7 +239,7 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
   const float q_scale = 1.0f / std::sqrt(float(dk)), eps = c_.rms_norm_eps;
   const int64_t conv_floats = (kernel - 1) * conv_dim;
   pool_.run(nv, [&](int64_t h) {
-    const int64_t g = h / per_key, j = h % per_key;
+    const int64_t g = tiled ? h % nk : h / per_key, j = h % per_key;  // key head; place in a grouped ba
     const float decay_scale = -std::exp(l.lin_a_log[h]);
     float q[1024], k[1024], kv_mem[1024];
     for (int64_t t = 0; t < n_; ++t) {
@@ -253,8 +253,8 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
       l2_normalized(q, row + g * dk, q_scale);
       l2_normalized(k, row + key_width + g * dk, 1.0f);
       const float* v = row + 2 * key_width + h * dv;
-      const float b_h = grouped ? b[t * 2 * nv + g * 2 * per_key + j] : b[t * nv + h];
-      const float a_h = (grouped ? b[t * 2 * nv + g * 2 * per_key + per_key + j] : a[t * nv + h]) + l.lin_dt_bias[h];
+      const float b_h = ba_grouped ? b[t * 2 * nv + g * 2 * per_key + j] : b[t * nv + h];
+      const float a_h = (ba_grouped ? b[t * 2 * nv + g * 2 * per_key + per_key + j] : a[t * nv + h]) + l.lin_dt_bias[h];
       const float beta = 1.0f / (1.0f + std::exp(-b_h));
       const float softplus = a_h > 20.0f ? a_h : std::log1p(std::exp(a_h));  // torch's threshold
       const float decay = std::exp(decay_scale * softplus);

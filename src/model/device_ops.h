@@ -151,11 +151,11 @@ class DeviceOps {
   virtual void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width) = 0;
   virtual void sigmoid_mul(float* y, const float* gate, int64_t count) = 0;  // y *= sigmoid(gate)
   // Gated DeltaNet of `layer` over the chunk's rows, in row order, each continuing its sequence's
-  // recurrent state in the KV store (zeroed at position 0). Its inputs: with ModelConfig::
-  // lin_grouped, the rows of in_proj_qkvz in qkv and of in_proj_ba in b (z and a null), grouped per
-  // key head; else in_proj_qkv's [n, conv_dim], in_proj_z's [n, value width], in_proj_b's and
-  // in_proj_a's [n, v_heads]. The causal convolution and SiLU over q, k, v; q and k L2-normalized
-  // (q also by 1/sqrt(k_dim)); per value head h (key head h / (v_heads / k_heads)) the state S
+  // recurrent state in the KV store (zeroed at position 0). Its inputs (ModelConfig's layouts): the
+  // rows of in_proj_qkvz in qkv with z null, or in_proj_qkv's [n, conv_dim] and in_proj_z's [n,
+  // value width]; the rows of in_proj_ba in b with a null, or in_proj_b's and in_proj_a's [n,
+  // v_heads]. The causal convolution and SiLU over q, k, v; q and k L2-normalized (q also by
+  // 1/sqrt(k_dim)); per value head h (key head h / (v_heads / k_heads), or h % k_heads tiled) the state S
   // decayed by exp(g), g = -exp(A_log) * softplus(a + dt_bias), S += k (beta (v - S^T k))^T with
   // beta = sigmoid(b), o = S^T q; out [n, v_heads * v_dim] = each head's RMSNorm(o) * lin_norm *
   // silu(z).

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -46,7 +47,15 @@ constexpr LayerName kLayerNames[] = {
     {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
     {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
     {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
-    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},  // files from before the split below
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},     // files from before the split below
+    {"attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},  // qwen3next and qwen35moe's Gated DeltaNet
+    {"attn_gate.weight", "linear_attn.in_proj_z.weight"},
+    {"ssm_ba.weight", "linear_attn.in_proj_ba.weight"},
+    {"ssm_beta.weight", "linear_attn.in_proj_b.weight"},
+    {"ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
+    {"ssm_dt.bias", "linear_attn.dt_bias"},
+    {"ssm_norm.weight", "linear_attn.norm.weight"},
+    {"ssm_out.weight", "linear_attn.out_proj.weight"},
 };
 
 // "blk.12.attn_q.weight" -> (12, "attn_q.weight"); false for other names.
@@ -213,6 +222,26 @@ std::shared_ptr<const GgufTensors> map_gguf_tensors(std::unique_ptr<GgufFile> fi
       if (t.shape.size() != 1 || t.shape[0] != c.n_expert)
         throw_error("{}: tensor {}: shape [{}], expected [{}]", path, t.name, fmt::join(t.shape, ", "), c.n_expert);
       add_owned(t, prefix + names.router_bias, t.shape, as_f32(t, t.shape), DType::kF32);
+      continue;
+    }
+    if (rest == "ssm_a") {  // -exp(A_log), as llama.cpp's converter stores it: the log taken back, f32
+      if (t.shape.size() != 1)
+        throw_error("{}: tensor {}: shape [{}], expected one value per value head", path, t.name,
+                    fmt::join(t.shape, ", "));
+      std::vector<std::byte> bytes = as_f32(t, {t.shape[0]});
+      auto* values = reinterpret_cast<float*>(bytes.data());
+      for (int64_t h = 0; h < t.shape[0]; ++h) {
+        if (!(values[h] < 0.0f) || !std::isfinite(values[h]))
+          throw_error("{}: tensor {}: element {} is {}, expected -exp(A_log) < 0", path, t.name, h, values[h]);
+        values[h] = std::log(-values[h]);
+      }
+      add_owned(t, prefix + "linear_attn.A_log", t.shape, std::move(bytes), DType::kF32);
+      continue;
+    }
+    if (rest == "ssm_conv1d.weight") {  // [channels, kernel]; the checkpoint's [channels, 1, kernel]
+      if (t.shape.size() != 2)
+        throw_error("{}: tensor {}: shape [{}], expected [channels, kernel]", path, t.name, fmt::join(t.shape, ", "));
+      add(t, prefix + "linear_attn.conv1d.weight", {t.shape[0], 1, t.shape[1]}, t.data, t.n_bytes, t.dtype);
       continue;
     }
     if (rest == "attn_k_b.weight" || rest == "attn_v_b.weight") {

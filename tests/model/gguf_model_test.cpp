@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "chronos/error.h"
 #include "chronos/gguf.h"
@@ -329,6 +332,36 @@ TEST_F(GgufModelErrors, MissingKeyIsNamed) {
   const auto path = patched("mixtral-q8_0", "llama.block_count", "llama.block_c0unt");
   const std::string message = load_error(path);
   EXPECT_NE(message.find("llama.block_count is missing"), std::string::npos) << message;
+}
+
+// qwen3next and qwen35moe files as llama.cpp's own converter writes them (conversion/qwen.py, run on
+// the checkpoints): Qwen3-Next's in_proj_qkvz split into attn_qkv and attn_gate with in_proj_ba
+// kept grouped as ssm_ba, Qwen3.5's value heads reordered to tiled order in every tensor that has
+// them, A stored as -exp(A_log), the conv's middle axis squeezed, norms holding 1 + w (not the gated
+// one), post_attention_norm. The same model: logits within f32 rounding of the checkpoint's (the
+// log taken back from ssm_a and the tiled heads' summation order are not bit for bit).
+TEST(GgufRecurrent, LlamaCppConvertedFilesEqualTheCheckpoint) {
+  for (const std::string name : {"qwen3_next-f32", "qwen3_5_moe-f32"}) {
+    const auto gguf = Model::load(gguf_fixture(name));
+    const auto reference = Model::load(checkpoint(name));
+    const ModelConfig &a = gguf->config(), &b = reference->config();
+    expect_same_config(a, b);
+    EXPECT_EQ(a.layers, b.layers) << name;
+    EXPECT_EQ(std::tie(a.lin_k_heads, a.lin_v_heads, a.lin_k_dim, a.lin_v_dim, a.lin_conv_kernel, a.n_rot),
+              std::tie(b.lin_k_heads, b.lin_v_heads, b.lin_k_dim, b.lin_v_dim, b.lin_conv_kernel, b.n_rot))
+        << name;
+    EXPECT_FALSE(a.norm_plus_one) << name;  // the file's norms hold 1 + w
+    EXPECT_TRUE(b.norm_plus_one) << name;
+    EXPECT_EQ(a.lin_v_tiled, name == "qwen3_5_moe-f32");
+    EXPECT_FALSE(a.lin_qkvz_grouped) << name;
+    EXPECT_EQ(a.lin_ba_grouped, name == "qwen3_next-f32");
+    const auto x = logits(*gguf, 40), y = logits(*reference, 40);
+    ASSERT_EQ(x.size(), y.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, double(std::fabs(x[i] - y[i])));
+    EXPECT_LE(worst, 2e-5) << name;
+    std::printf("%s: max |GGUF logit - checkpoint logit| = %.3g\n", name.c_str(), worst);
+  }
 }
 
 }  // namespace

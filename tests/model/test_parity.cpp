@@ -75,6 +75,11 @@ class ExactBlocksFor {
 // against transformers run in f32 on the same bf16 weights ("logits_f32" in the fixture),
 // where the 1e-3 bound holds; the native bf16 logits are checked against a bound derived from
 // bf16 rounding (2^-8 relative per op, compounded over the layers), see tests/fixtures/README.md.
+// Models with Gated DeltaNet layers (Qwen3-Next, Qwen3.5) are compared with the same weights run in
+// float64 one token at a time ("logits_f64"): transformers' f32 prefill uses a chunked form of the
+// recurrence, and where a head's q.k nearly cancels at the first tokens the gated RMSNorm scales
+// f32 rounding up to ~1e-3 in the logits of any f32 run (transformers' own included). The bound is
+// 1e-3, or twice transformers' own f32 distance from float64 where that is larger.
 TEST_P(ParityTest, LogitsMatchTransformers) {
   const ExactBlocksFor exact(GetParam());
   const fs::path dir = models_dir() / GetParam();
@@ -86,8 +91,22 @@ TEST_P(ParityTest, LogitsMatchTransformers) {
   for (const auto& case_json : ref["cases"]) {
     const auto ids = case_json["ids"].get<std::vector<int32_t>>();
     const bool bf16_native = ref.value("dtype", "float32") != "float32";
-    const auto& expected = bf16_native ? case_json["logits_f32"] : case_json["logits"];
+    const auto& transformers = bf16_native ? case_json["logits_f32"] : case_json["logits"];
+    // Models with recurrent layers are judged against float64 (see the comment above the test).
+    const bool f64 = case_json.contains("logits_f64");
+    const auto& expected = f64 ? case_json["logits_f64"] : transformers;
     ASSERT_EQ(expected.size(), ids.size());
+    double bound = 1e-3;
+    if (f64) {
+      double theirs = 0.0;
+      for (size_t t = 0; t < ids.size(); ++t) {
+        const auto exact = expected[t].get<std::vector<double>>();
+        const auto other = transformers[t].get<std::vector<double>>();
+        for (int64_t v = 0; v < c.n_vocab; ++v)
+          theirs = std::max(theirs, std::fabs(other[size_t(v)] - exact[size_t(v)]));
+      }
+      bound = std::max(bound, 2.0 * theirs);
+    }
     for (int64_t batch : {int64_t(1), int64_t(7), int64_t(64)}) {  // decode-like, chunked and whole prefill
       KvCache kv(c, std::ssize(ids) + 1);
       auto scratch = model->make_scratch(batch, kv.n_ctx());
@@ -95,17 +114,17 @@ TEST_P(ParityTest, LogitsMatchTransformers) {
       model->forward(ids, 0, kv, *scratch, pool, logits.data(), true);
       double max_diff = 0.0;
       for (size_t t = 0; t < ids.size(); ++t) {
-        const auto row = expected[t].get<std::vector<float>>();
+        const auto row = expected[t].get<std::vector<double>>();
         ASSERT_EQ(std::ssize(row), c.n_vocab);
         for (int64_t v = 0; v < c.n_vocab; ++v)
-          max_diff = std::max(max_diff, double(std::fabs(logits[t * size_t(c.n_vocab) + size_t(v)] - row[size_t(v)])));
+          max_diff = std::max(max_diff, std::fabs(double(logits[t * size_t(c.n_vocab) + size_t(v)]) - row[size_t(v)]));
       }
-      EXPECT_LE(max_diff, 1e-3) << GetParam() << " prompt of " << ids.size() << " tokens, batch " << batch;
+      EXPECT_LE(max_diff, bound) << GetParam() << " prompt of " << ids.size() << " tokens, batch " << batch;
       worst = std::max(worst, max_diff);
     }
   }
   RecordProperty("max_abs_logit_diff", std::to_string(worst));
-  std::printf("%s: max |logit - transformers| = %.3g\n", GetParam().c_str(), worst);
+  std::printf("%s: max |logit - reference| = %.3g\n", GetParam().c_str(), worst);
 }
 
 TEST_P(ParityTest, GreedyTokensMatchTransformers) {

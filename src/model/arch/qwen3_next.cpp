@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "chronos/error.h"
+#include "chronos/gguf.h"
 #include "model/arch/qwen_moe_common.h"
 
 namespace chronos {
@@ -81,8 +82,12 @@ void read_config(const nlohmann::json& j, ModelConfig& c) {
   c.rms_norm_eps = float(json_number_or(j, "rms_norm_eps", 1e-6));
   c.qk_norm = QkNorm::kPerHead;
   c.attn_output_gate = true;
-  c.lin_grouped = next;
-  // A GGUF file's norms already hold 1 + w (llama.cpp's converter adds it); its config says so.
+  // The layouts of llama.cpp's converter, which the config of a GGUF file states (gguf_config):
+  // Qwen3-Next's in_proj_qkvz split into q, k, v and z, norms that already hold 1 + w, Qwen3.5's
+  // value heads in tiled order.
+  c.lin_qkvz_grouped = next && !json_bool_or(j, "chronos_qkvz_split", false);
+  c.lin_ba_grouped = next;
+  c.lin_v_tiled = json_bool_or(j, "chronos_v_heads_tiled", false);
   c.norm_plus_one = json_bool_or(j, "chronos_norm_plus_one", true);
   if (json_bool_or(j, "attention_bias", false)) throw_error("attention_bias: true is not supported");
   c.tie_word_embeddings = json_bool_or(j, "tie_word_embeddings", false);
@@ -96,13 +101,16 @@ void add_linear_attention_tensors(const ModelConfig& c, int64_t il, std::vector<
   out.push_back({TensorRole::kAttnNorm, il, -1, p + "input_layernorm.weight", {c.n_embd}});
   out.push_back({TensorRole::kFfnNorm, il, -1, p + "post_attention_layernorm.weight", {c.n_embd}});
   const std::string a = p + "linear_attn.";
-  if (c.lin_grouped) {
+  if (c.lin_qkvz_grouped) {
     const int64_t qkvz = 2 * c.lin_key_width() + 2 * c.lin_value_width();
     out.push_back({TensorRole::kLinQkv, il, -1, a + "in_proj_qkvz.weight", {qkvz, c.n_embd}});
-    out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_ba.weight", {2 * c.lin_v_heads, c.n_embd}});
   } else {
     out.push_back({TensorRole::kLinQkv, il, -1, a + "in_proj_qkv.weight", {c.lin_conv_dim(), c.n_embd}});
     out.push_back({TensorRole::kLinZ, il, -1, a + "in_proj_z.weight", {c.lin_value_width(), c.n_embd}});
+  }
+  if (c.lin_ba_grouped) {
+    out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_ba.weight", {2 * c.lin_v_heads, c.n_embd}});
+  } else {
     out.push_back({TensorRole::kLinB, il, -1, a + "in_proj_b.weight", {c.lin_v_heads, c.n_embd}});
     out.push_back({TensorRole::kLinA, il, -1, a + "in_proj_a.weight", {c.lin_v_heads, c.n_embd}});
   }
@@ -138,8 +146,50 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   return out;
 }
 
-void gguf_config(const GgufFacts& f, nlohmann::json&) {
-  throw_error("{}: GGUF {} files are not supported yet (load the Hugging Face checkpoint)", f.path, f.arch);
+// llama.cpp's qwen3next and qwen35moe files: the linear attention's sizes under ssm.* (state_size
+// the key heads' width, group_count the key heads, time_step_rank the value heads, inner_size all
+// value heads' width), which layers are recurrent (attention.recurrent_layers, else every
+// full_attention_interval-th is full attention), and the converter's layouts: norms that hold
+// 1 + w, A stored as -exp(A_log) (map_gguf_tensors takes the log back), Qwen3-Next's in_proj_qkvz
+// split into attn_qkv and attn_gate, Qwen3.5's value heads tiled when they outnumber the key heads.
+void gguf_config(const GgufFacts& f, nlohmann::json& j) {
+  qwen_moe::gguf_config(f, j);
+  j["norm_topk_prob"] = f.norm_topk.value_or(true);
+  std::optional<int64_t> n_ff_shared = f.int_key("expert_shared_feed_forward_length");
+  for (int64_t il = 0; il < f.n_layer && !n_ff_shared; ++il)
+    n_ff_shared = f.tensor_rows(fmt::format("blk.{}.ffn_gate_shexp.weight", il));
+  j["shared_expert_intermediate_size"] = n_ff_shared.value_or(0);
+  const auto need = [&](const char* suffix) {
+    const auto value = f.int_key(suffix);
+    if (!value || *value <= 0)
+      throw_error("{}: key {} is missing (the linear attention's sizes)", f.path, f.key(suffix));
+    return *value;
+  };
+  const int64_t v_heads = need("ssm.time_step_rank"), k_heads = need("ssm.group_count");
+  const int64_t inner = need("ssm.inner_size");
+  if (inner % v_heads != 0)
+    throw_error("{}: key {} ({}) is not a multiple of {} ({})", f.path, f.key("ssm.inner_size"), inner,
+                f.key("ssm.time_step_rank"), v_heads);
+  j["linear_conv_kernel_dim"] = need("ssm.conv_kernel");
+  j["linear_key_head_dim"] = need("ssm.state_size");
+  j["linear_num_key_heads"] = k_heads;
+  j["linear_num_value_heads"] = v_heads;
+  j["linear_value_head_dim"] = inner / v_heads;
+  const std::vector<bool> recurrent = f.file.get_bool_array(f.key("attention.recurrent_layers"));
+  if (!recurrent.empty()) {
+    if (std::ssize(recurrent) < f.n_layer)
+      throw_error("{}: key {} lists {} layers, the model has {}", f.path, f.key("attention.recurrent_layers"),
+                  recurrent.size(), f.n_layer);
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t il = 0; il < f.n_layer; ++il)
+      types.push_back(recurrent[size_t(il)] ? "linear_attention" : "full_attention");
+    j["layer_types"] = types;
+  } else if (const auto interval = f.int_key("full_attention_interval")) {
+    j["full_attention_interval"] = *interval;
+  }
+  j["chronos_norm_plus_one"] = false;
+  if (f.arch == "qwen3next") j["chronos_qkvz_split"] = true;
+  if (f.arch == "qwen35moe") j["chronos_v_heads_tiled"] = true;
 }
 
 MadeTensor& made_from(std::vector<std::shared_ptr<const MadeTensor>>& out, const TensorInfo& from, std::string name) {
