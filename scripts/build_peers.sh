@@ -6,7 +6,11 @@
 # llama-quantize and llama-imatrix, which make the GGUF files of the comparisons, and
 # llama-completion, which tools/memory_limit_side_by_side.py runs).
 #
-#   scripts/build_peers.sh [--dir DIR] [llama.cpp] [ik_llama.cpp]     (default: both, DIR=peers)
+#   scripts/build_peers.sh [--dir DIR] [--no-amx] [llama.cpp] [ik_llama.cpp]  (default: both, DIR=peers)
+#
+# --no-amx builds in build-noamx/ for the CPU's AVX-512 extensions but without ggml's AMX kernels,
+# whose matrix product crashes on some virtual machines that report AMX (a segmentation fault in
+# ggml_backend_amx_mul_mat on the Intel Xeon of docs/families.md); the default build keeps them.
 #
 # Prints the llama-bench path of each peer. Versions are pinned below so that figures can be
 # reproduced; a run with other versions says so in its output (llama-bench prints its build).
@@ -14,11 +18,13 @@ set -euo pipefail
 
 dir=peers
 peers=()
+no_amx=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --dir) dir="${2:?--dir needs a folder}"; shift 2 ;;
+    --no-amx) no_amx=1; shift ;;
     llama.cpp|ik_llama.cpp) peers+=("$1"); shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build_peers: unknown argument '$1' (expected --dir DIR, llama.cpp or ik_llama.cpp)" >&2; exit 2 ;;
   esac
 done
@@ -51,9 +57,16 @@ fetch() {
 build() {
   local src="$1"; shift
   local targets=("$@")
-  cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  local out="$src/build" isa=(-DGGML_NATIVE=ON)
+  if [[ $no_amx == 1 ]]; then
+    out="$src/build-noamx"
+    isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+         -DGGML_AVX_VNNI=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+         -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+  fi
+  cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa[@]}" \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "${launcher[@]}" >&2
-  cmake --build "$src/build" --target "${targets[@]}" >&2
+  cmake --build "$out" --target "${targets[@]}" >&2
 }
 
 for peer in "${peers[@]}"; do
@@ -80,5 +93,5 @@ CMAKE
       build "$src" llama-bench
       ;;
   esac
-  echo "$peer: $src/build/bin/llama-bench"
+  echo "$peer: $src/$([[ $no_amx == 1 ]] && echo build-noamx || echo build)/bin/llama-bench"
 done

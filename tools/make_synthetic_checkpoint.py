@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a Mixtral-, GLM-4-MoE-, DeepSeek-V2- or gpt-oss-shaped random checkpoint for benchmarks, with numpy only.
+"""Writes a Mixtral-, GLM-4-MoE-, DeepSeek-V2-, gpt-oss- or Qwen3-Next-shaped random checkpoint for benchmarks, with numpy only.
 
 The folder looks like a Hugging Face Mixtral checkpoint: config.json, generation_config.json,
 sharded model-XXXXX-of-YYYYY.safetensors + model.safetensors.index.json, tokenizer.json and
@@ -39,6 +39,17 @@ shapes with 4 of its 24 layers:
   python3 tools/make_synthetic_checkpoint.py --out /tmp/oss20b-4l --arch gpt_oss --hidden 2880 \
       --layers 4 --heads 64 --kv-heads 8 --head-dim 64 --experts 32 --top-k 4 --ffn 2880 --vocab 201088 \
       --tokenizer tests/fixtures/tokenizers/gpt_oss
+
+--arch qwen3_next writes Qwen3-Next: every fourth layer full attention (q_proj with its output gate,
+per-head q/k norms, heads of --head-dim, a quarter rotary), the others Gated DeltaNet
+(in_proj_qkvz, in_proj_ba, the convolution, A_log, dt_bias, the gated norm, out_proj) with
+--linear-k-heads key heads and --linear-v-heads value heads of --linear-dim; every layer MoE with a
+sigmoid-gated shared expert of --shared-ffn; (1 + w) norms drawn around w = 0. Qwen3-Next-80B-A3B's
+shapes with 4 of its 48 layers:
+
+  python3 tools/make_synthetic_checkpoint.py --out /tmp/qwen3next-4l --arch qwen3_next --hidden 2048 \
+      --layers 4 --heads 16 --kv-heads 2 --head-dim 256 --experts 512 --top-k 10 --ffn 512 \
+      --shared-ffn 512 --vocab 151936
 """
 import argparse
 import json
@@ -79,11 +90,56 @@ def gpt_oss_layer(a, p):
             (p + "mlp.experts.down_proj_bias", (E, H), 0.02, "dense")]
 
 
+ZERO_CENTERED = -0.1  # std < 0: values around 0 with |std| spread ((1 + w) norms)
+
+
+def qwen3_next_layer(a, i, p):
+    """One Qwen3-Next layer, `p` = "model.layers.{i}.": Gated DeltaNet, or full attention every fourth."""
+    H, I, E, hd = a.hidden, a.ffn, a.experts, a.head_dim
+    plan = [(p + "input_layernorm.weight", (H,), ZERO_CENTERED, "dense"),
+            (p + "post_attention_layernorm.weight", (H,), ZERO_CENTERED, "dense")]
+    if (i + 1) % 4 == 0:
+        q, kv = a.heads * hd, a.kv_heads * hd
+        plan += [(p + "self_attn.q_proj.weight", (2 * q, H), H ** -0.5, "dense"),
+                 (p + "self_attn.k_proj.weight", (kv, H), H ** -0.5, "dense"),
+                 (p + "self_attn.v_proj.weight", (kv, H), H ** -0.5, "dense"),
+                 (p + "self_attn.o_proj.weight", (H, q), q ** -0.5, "dense"),
+                 (p + "self_attn.q_norm.weight", (hd,), ZERO_CENTERED, "dense"),
+                 (p + "self_attn.k_norm.weight", (hd,), ZERO_CENTERED, "dense")]
+    else:
+        nk, nv, d = a.linear_k_heads, a.linear_v_heads, a.linear_dim
+        conv = 2 * nk * d + nv * d
+        plan += [(p + "linear_attn.in_proj_qkvz.weight", (2 * nk * d + 2 * nv * d, H), H ** -0.5, "dense"),
+                 (p + "linear_attn.in_proj_ba.weight", (2 * nv, H), H ** -0.5, "dense"),
+                 (p + "linear_attn.conv1d.weight", (conv, 1, 4), 0.5, "dense"),
+                 (p + "linear_attn.A_log", (nv,), 0.5, "dense"),
+                 (p + "linear_attn.dt_bias", (nv,), 0.5, "dense"),
+                 (p + "linear_attn.norm.weight", (d,), 0.0, "dense"),
+                 (p + "linear_attn.out_proj.weight", (H, nv * d), (nv * d) ** -0.5, "dense")]
+    S = a.shared_ffn
+    plan += [(p + "mlp.gate.weight", (E, H), 2.0 * H ** -0.5, "dense"),
+             (p + "mlp.shared_expert_gate.weight", (1, H), H ** -0.5, "dense"),
+             (p + "mlp.shared_expert.gate_proj.weight", (S, H), H ** -0.5, "dense"),
+             (p + "mlp.shared_expert.up_proj.weight", (S, H), H ** -0.5, "dense"),
+             (p + "mlp.shared_expert.down_proj.weight", (H, S), S ** -0.5, "dense")]
+    for j in range(E):
+        q = f"{p}mlp.experts.{j}."
+        plan += [(q + "gate_proj.weight", (I, H), H ** -0.5, "expert"),
+                 (q + "up_proj.weight", (I, H), H ** -0.5, "expert"),
+                 (q + "down_proj.weight", (H, I), I ** -0.5, "expert")]
+    return plan
+
+
 def tensor_plan(a):
     """(name, shape, std, kind) for every tensor, kind = dense | expert | embed | head."""
     H, I, V, E = a.hidden, a.ffn, a.vocab, a.experts
     hd = H // a.heads
     plan = [("model.embed_tokens.weight", (V, H), 1.0, "embed")]
+    if a.arch == "qwen3_next":
+        for i in range(a.layers):
+            plan += qwen3_next_layer(a, i, f"model.layers.{i}.")
+        return plan + [("model.norm.weight", (H,), ZERO_CENTERED, "dense"),
+                       ("lm_head.weight", (V, H), 3.0 * H ** -0.5, "head")]
     if a.arch == "gpt_oss":
         for i in range(a.layers):
             plan += gpt_oss_layer(a, f"model.layers.{i}.")
@@ -176,6 +232,8 @@ def write_tensor_data(out, shape, std, rng, scales=False):
             continue
         if std == 0.0:  # norms: around 1 with a little noise
             values = 1.0 + 0.1 * rng.standard_normal(count, dtype=np.float32)
+        elif std < 0.0:  # (1 + w) norms: w around 0
+            values = rng.standard_normal(count, dtype=np.float32) * np.float32(-std)
         else:
             values = rng.standard_normal(count, dtype=np.float32) * np.float32(std)
         out.write(to_bf16_bits(values.astype(np.float32)).tobytes())
@@ -259,8 +317,13 @@ def main():
     parser.add_argument("--tokenizer", type=Path, default=DEFAULT_TOKENIZER,
                         help="folder with tokenizer.json + tokenizer_config.json (byte-level BPE)")
     parser.add_argument("--dry-run", action="store_true", help="print sizes, write nothing")
-    parser.add_argument("--arch", choices=["mixtral", "glm4_moe", "deepseek_v2", "gpt_oss"], default="mixtral")
-    parser.add_argument("--head-dim", type=int, default=0, help="gpt_oss: head width (0: hidden / heads)")
+    parser.add_argument("--arch", choices=["mixtral", "glm4_moe", "deepseek_v2", "gpt_oss", "qwen3_next"],
+                        default="mixtral")
+    parser.add_argument("--head-dim", type=int, default=0, help="gpt_oss, qwen3_next: head width (0: hidden / heads)")
+    parser.add_argument("--linear-k-heads", type=int, default=16, help="qwen3_next: Gated DeltaNet key heads")
+    parser.add_argument("--linear-v-heads", type=int, default=32, help="qwen3_next: Gated DeltaNet value heads")
+    parser.add_argument("--linear-dim", type=int, default=128, help="qwen3_next: key and value head width")
+    parser.add_argument("--shared-ffn", type=int, default=512, help="qwen3_next: the shared expert's FFN size")
     parser.add_argument("--groups", type=int, default=4,
                         help="glm4_moe, deepseek_v2: expert groups (n_group; deepseek_v2: 1 = greedy top-k)")
     parser.add_argument("--topk-group", type=int, default=2,
@@ -280,7 +343,7 @@ def main():
     if ds:
         a.kv_heads = a.heads  # MLA: every head has its own key and value
     a.head_dim = a.head_dim or a.hidden // a.heads
-    if (a.hidden % a.heads and a.arch != "gpt_oss") or a.heads % a.kv_heads:
+    if (a.hidden % a.heads and a.arch not in ("gpt_oss", "qwen3_next")) or a.heads % a.kv_heads:
         parser.error("hidden must divide by heads, heads by kv-heads")
     if a.arch == "gpt_oss" and (a.hidden % 32 or a.ffn % 32):
         parser.error("gpt_oss: --hidden and --ffn must be multiples of 32 (MXFP4 blocks)")
@@ -379,6 +442,22 @@ def main():
     (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (a.out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id}, indent=2) + "\n")
 
+    if a.arch == "qwen3_next":
+        config = {
+            "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "dtype": "bfloat16",
+            "vocab_size": a.vocab, "hidden_size": a.hidden, "intermediate_size": 4 * a.ffn,
+            "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+            "head_dim": a.head_dim, "num_experts": a.experts, "num_experts_per_tok": a.top_k,
+            "moe_intermediate_size": a.ffn, "shared_expert_intermediate_size": a.shared_ffn,
+            "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+            "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": a.linear_dim,
+            "linear_value_head_dim": a.linear_dim, "linear_num_key_heads": a.linear_k_heads,
+            "linear_num_value_heads": a.linear_v_heads, "max_position_embeddings": a.max_position,
+            "rms_norm_eps": 1e-6, "hidden_act": "silu",
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+            "attention_bias": False, "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": eos_id,
+        }
+        (a.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     if a.arch == "gpt_oss":
         layer_types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(a.layers)]
         config = {

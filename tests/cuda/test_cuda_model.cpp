@@ -347,6 +347,22 @@ TEST_F(CudaStreaming, MixedTypeGgufFileMatchesTheCpuRunner) {
   for (const fs::path& dir : {file, packed}) expect_cuda_matches_cpu(*backend, dir, dir.string());
 }
 
+// Gated DeltaNet and gated attention have no CUDA kernels yet: the runner refuses such a model by
+// name before anything is uploaded, and says where it runs.
+TEST(CudaDevice, RecurrentFamiliesAreRefusedByName) {
+  REQUIRE_CUDA(backend);
+  for (const char* name : {"qwen3_next-f32", "qwen3_5_moe-f32"}) {
+    auto model = Model::load(fixture(name));
+    try {
+      make_cuda_runner(*model, *backend, 32, 8);
+      FAIL() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("run on the CPU only for now (--device cpu)"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(CudaDevice, AbsentDeviceIsAClearError) {
   std::string why;
   if (cuda_backend(why)) GTEST_SKIP() << "this machine has a CUDA device";
