@@ -115,8 +115,8 @@ std::vector<TensorClass> tensor_classes(const Model& model, const std::optional<
   const ModelWeights& w = model.weights();
   add_view("embeddings", w.tok_embd);
   for (const LayerWeights& l : w.layers) {
-    for (const WeightView* v : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wkv_b, &l.lin_qkv, &l.lin_z,
-                                &l.lin_b, &l.lin_a})
+    for (const WeightView* v :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wkv_b, &l.lin_qkv, &l.lin_z, &l.lin_b, &l.lin_a})
       add_view("attention", *v);
     add_view("router", l.router);
     for (const WeightView* v : {&l.shared.gate, &l.shared.up, &l.shared.down}) add_view("shared expert", *v);

@@ -182,6 +182,12 @@ void add_dense_mlp_tensors(const ModelConfig& cfg, int64_t layer, std::vector<Te
 void add_shared_expert_tensors(const ModelConfig& cfg, int64_t layer, const std::string& module,
                                std::vector<TensorSpec>& out);
 
+// config.json's layer_types where each layer is `one` or `other`: whether each is `one`; nullopt
+// when the key is absent or null. Throws Error naming the key for a list of the wrong length or
+// another type name.
+std::optional<std::vector<bool>> read_layer_types(const nlohmann::json& json, int64_t n_layer, const char* one,
+                                                  const char* other);
+
 // JSON accessors that name the key in their errors ("config.json: key 'x': ...").
 int64_t json_int(const nlohmann::json& json, const char* key);
 int64_t json_int_or(const nlohmann::json& json, const char* key, int64_t fallback);

@@ -77,6 +77,22 @@ void read_router_groups(const nlohmann::json& j, ModelConfig& c) {
                 c.n_expert / c.n_group, c.n_expert_used);
 }
 
+std::optional<std::vector<bool>> read_layer_types(const nlohmann::json& j, int64_t n_layer, const char* one,
+                                                  const char* other) {
+  if (!j.contains("layer_types") || j["layer_types"].is_null()) return std::nullopt;
+  const nlohmann::json& types = j["layer_types"];
+  if (!types.is_array() || std::ssize(types) != n_layer)
+    throw_error("key 'layer_types' must list num_hidden_layers = {} layer types", n_layer);
+  std::vector<bool> is_one(static_cast<size_t>(n_layer));
+  for (int64_t i = 0; i < n_layer; ++i) {
+    const nlohmann::json& type = types[size_t(i)];
+    if (type != one && type != other)
+      throw_error("key 'layer_types': layer {} is {} ({} or {})", i, type.dump(), one, other);
+    is_one[size_t(i)] = type == one;
+  }
+  return is_one;
+}
+
 void add_global_tensors(const ModelConfig& c, std::vector<TensorSpec>& out) {
   out.push_back({TensorRole::kTokenEmbd, -1, -1, "model.embed_tokens.weight", {c.n_vocab, c.n_embd}});
   out.push_back({TensorRole::kOutputNorm, -1, -1, "model.norm.weight", {c.n_embd}});

@@ -40,20 +40,7 @@ void read_config(const nlohmann::json& j, ModelConfig& c) {
   // Without layer_types transformers alternates, the first layer sliding.
   std::vector<bool> sliding(size_t(c.n_layer));
   for (int64_t i = 0; i < c.n_layer; ++i) sliding[size_t(i)] = i % 2 == 0;
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    const nlohmann::json& types = j["layer_types"];
-    if (!types.is_array() || std::ssize(types) != c.n_layer)
-      throw_error("key 'layer_types' must list num_hidden_layers = {} layer types", c.n_layer);
-    for (int64_t i = 0; i < c.n_layer; ++i) {
-      const nlohmann::json& type = types[size_t(i)];
-      if (type == "sliding_attention")
-        sliding[size_t(i)] = true;
-      else if (type == "full_attention")
-        sliding[size_t(i)] = false;
-      else
-        throw_error("key 'layer_types': layer {} is {} (sliding_attention or full_attention)", i, type.dump());
-    }
-  }
+  if (auto types = read_layer_types(j, c.n_layer, "sliding_attention", "full_attention")) sliding = std::move(*types);
   for (int64_t i = 0; i < c.n_layer; ++i)
     if (sliding[size_t(i)]) {
       if (window == 0) throw_error("layer {} is sliding_attention but key 'sliding_window' is not set", i);

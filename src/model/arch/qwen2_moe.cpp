@@ -27,11 +27,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
       continue;
     }
     qwen_moe::add_moe_tensors(c, il, out);
-    if (c.n_ff_shared > 0) {
-      const std::string p = fmt::format("model.layers.{}.mlp.", il);
-      add_shared_expert_tensors(c, il, "mlp.shared_expert", out);
-      out.push_back({TensorRole::kSharedExpertGate, il, -1, p + "shared_expert_gate.weight", {1, c.n_embd}});
-    }
+    qwen_moe::add_gated_shared_expert(c, il, out);
   }
   return out;
 }

@@ -49,19 +49,10 @@ void read_linear_attention(const nlohmann::json& j, ModelConfig& c) {
 }
 
 // Which layers are full attention: layer_types, else every full_attention_interval-th (1-based).
-void read_layer_types(const nlohmann::json& j, ModelConfig& c) {
+void read_layer_schedule(const nlohmann::json& j, ModelConfig& c) {
   std::vector<bool> full(size_t(c.n_layer));
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    const nlohmann::json& types = j["layer_types"];
-    if (!types.is_array() || std::ssize(types) != c.n_layer)
-      throw_error("key 'layer_types' must list num_hidden_layers = {} layer types", c.n_layer);
-    for (int64_t i = 0; i < c.n_layer; ++i) {
-      const nlohmann::json& type = types[size_t(i)];
-      if (type == "full_attention")
-        full[size_t(i)] = true;
-      else if (type != "linear_attention")
-        throw_error("key 'layer_types': layer {} is {} (linear_attention or full_attention)", i, type.dump());
-    }
+  if (auto types = read_layer_types(j, c.n_layer, "full_attention", "linear_attention")) {
+    full = std::move(*types);
   } else {
     const int64_t interval = json_int_or(j, "full_attention_interval", 4);
     if (interval <= 0) throw_error("key 'full_attention_interval' must be positive (got {})", interval);
@@ -93,7 +84,7 @@ void read_config(const nlohmann::json& j, ModelConfig& c) {
   c.tie_word_embeddings = json_bool_or(j, "tie_word_embeddings", false);
   qwen_moe::read_layer_kinds(j, c);
   read_linear_attention(j, c);
-  read_layer_types(j, c);
+  read_layer_schedule(j, c);
 }
 
 void add_linear_attention_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
@@ -134,14 +125,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
       continue;
     }
     qwen_moe::add_moe_tensors(c, il, out);
-    if (c.n_ff_shared > 0) {
-      add_shared_expert_tensors(c, il, "mlp.shared_expert", out);
-      out.push_back({TensorRole::kSharedExpertGate,
-                     il,
-                     -1,
-                     fmt::format("model.layers.{}.mlp.shared_expert_gate.weight", il),
-                     {1, c.n_embd}});
-    }
+    qwen_moe::add_gated_shared_expert(c, il, out);
   }
   return out;
 }

@@ -42,6 +42,18 @@ inline int64_t read_expert_count(const nlohmann::json& j) {
   return json_int_or(j, "num_experts", json_int_or(j, "num_local_experts", 0));
 }
 
+// The shared expert (mlp.shared_expert) and its sigmoid gate (mlp.shared_expert_gate), when the
+// config has one.
+inline void add_gated_shared_expert(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
+  if (c.n_ff_shared <= 0) return;
+  add_shared_expert_tensors(c, il, "mlp.shared_expert", out);
+  out.push_back({TensorRole::kSharedExpertGate,
+                 il,
+                 -1,
+                 fmt::format("model.layers.{}.mlp.shared_expert_gate.weight", il),
+                 {1, c.n_embd}});
+}
+
 inline void add_moe_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
   out.push_back(
       {TensorRole::kRouter, il, -1, fmt::format("model.layers.{}.mlp.gate.weight", il), {c.n_expert, c.n_embd}});
