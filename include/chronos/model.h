@@ -100,8 +100,9 @@ class KvStore {
   KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, int64_t max_rows = 0);
   // The same slots in memory the caller owns and keeps alive (a device's): `k` and `v` hold the
   // keys' and the values' share of n_bytes() (key_bytes() and the rest; v may be null without
-  // values), laid out as k() and v() address them.
-  KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v);
+  // values), laid out as k() and v() address them, and `state` the recurrent layers' states
+  // (state_bytes(); null without recurrent layers).
+  KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v, float* state = nullptr);
   KvStore(const KvStore&) = delete;  // k()/v() point into the memory: a move keeps it, a copy would not
   KvStore& operator=(const KvStore&) = delete;
   KvStore(KvStore&&) = default;
@@ -137,7 +138,7 @@ class KvStore {
   // A recurrent layer's state in a slot (ModelConfig::lin_state_floats floats; the forward zeroes
   // it at a sequence's position 0); bytes of every slot's states, part of n_bytes().
   float* state(int32_t slot, int64_t layer) {
-    return state_.data() + int64_t(slot) * state_per_slot_ + layer_state_[size_t(layer)];
+    return state_base_ + int64_t(slot) * state_per_slot_ + layer_state_[size_t(layer)];
   }
   int64_t state_bytes() const { return n_slots_ * state_per_slot_ * int64_t(sizeof(float)); }
   bool recurrent() const { return state_per_slot_ > 0; }
@@ -152,7 +153,8 @@ class KvStore {
   std::vector<int64_t> layer_cap_, layer_base_;  // [n_layer] positions kept, and where the layer's begin
   std::vector<int64_t> layer_state_;             // [n_layer] where a recurrent layer's state begins in a slot's
   int64_t state_per_slot_ = 0;                   // floats of a slot's recurrent states
-  std::vector<float> state_;                     // [n_slots, state_per_slot_]
+  std::vector<float> state_;                     // [n_slots, state_per_slot_] when the store owns its memory
+  float* state_base_ = nullptr;                  // state_ or the caller's memory
   int64_t slot_positions_ = 0;                   // the sum of layer_cap_
   std::vector<float> k_, v_;                     // [n_slots, sum of layer_cap_, kv_dim] when the store owns its memory
   float* k_base_ = nullptr;                      // k_ or the caller's memory

@@ -51,6 +51,33 @@ void rope(float* x, const float* cos, const float* sin, int64_t n_tokens, int64_
 void kv_store(float* k_cache, float* v_cache, const float* k, const float* v, int64_t n_tokens, int64_t kv_dim,
               int64_t pos0, cudaStream_t stream);
 
+// Each of rows * heads heads of src holds [a part (width), b part (width)]: a and b [rows, heads *
+// width] get them (a gated attention's queries and gates, q_proj's output).
+void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width, cudaStream_t stream);
+// y[i] *= sigmoid(gate[i]).
+void sigmoid_mul(float* y, const float* gate, int64_t n, cudaStream_t stream);
+
+// A Gated DeltaNet layer's sizes and the layouts of its in-projections (ModelConfig's lin_*).
+struct DeltaNetShape {
+  int64_t k_heads, v_heads, k_dim, v_dim, conv_kernel;
+  bool qkvz_grouped, v_tiled;
+};
+// Its small weights, device f32: conv [conv_dim, kernel], a_log and dt_bias [v_heads], norm [v_dim].
+struct DeltaNetWeights {
+  const float* conv;
+  const float* a_log;
+  const float* dt_bias;
+  const float* norm;
+};
+// The Gated DeltaNet (DeviceOps::gated_delta_net) over n_rows consecutive rows of one sequence,
+// the first at position pos0 (0: its states start from zero): qkv the rows of in_proj_qkvz or
+// in_proj_qkv, z in_proj_z's or null (inside qkvz), b in_proj_ba's (a null) or in_proj_b's with a
+// in_proj_a's; conv_state [kernel - 1, conv_dim] and recurrent_state [v_heads, k_dim, v_dim] the
+// sequence's, updated; conv_out [n_rows, conv_dim] scratch; out [n_rows, v_heads * v_dim].
+void gated_delta_net(float* out, float* conv_out, const float* qkv, const float* z, const float* b, const float* a,
+                     const DeltaNetWeights& w, float* conv_state, float* recurrent_state, int64_t n_rows, int64_t pos0,
+                     const DeltaNetShape& s, float eps, cudaStream_t stream);
+
 // Causal grouped-query attention for n_tokens queries at positions pos0 + t over one layer's
 // caches (keys 0 .. pos0 + t, or the last `window` of them when window > 0). q, out:
 // [n_tokens, n_head * head_dim]; caches [n_ctx, n_head_kv * head_dim]; query head h reads kv

@@ -25,9 +25,10 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, int64_t
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);
   state_.resize(size_t(n_slots * state_per_slot_));
+  state_base_ = state_.data();
 }
 
-KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v)
+KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* k, float* v, float* state)
     : n_layer_(cfg.n_layer),
       n_ctx_(n_ctx),
       key_width_(cfg.kv_key_width()),
@@ -39,10 +40,11 @@ KvStore::KvStore(const ModelConfig& cfg, int64_t n_ctx, int64_t n_slots, float* 
       v_base_(v) {
   CHRONOS_CHECK(n_ctx > 0 && n_slots > 0 && k != nullptr && (v != nullptr || value_width_ == 0));
   lay_out(cfg);
+  state_base_ = state;
+  CHRONOS_CHECK_MSG(state_per_slot_ == 0 || state != nullptr, "a recurrent model's KV store needs state memory");
   in_use_.assign(size_t(n_slots), 0);
   length_.assign(size_t(n_slots), 0);
   next_.assign(size_t(n_slots), -1);
-  state_.resize(size_t(n_slots * state_per_slot_));  // recurrent states stay in host memory
 }
 
 void KvStore::lay_out(const ModelConfig& cfg) {

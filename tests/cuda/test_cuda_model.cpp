@@ -156,7 +156,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParity,
                                            "qwen2_moe-bf16", "qwen3_moe-f32", "qwen3_moe-bf16", "olmoe-f32",
                                            "olmoe-bf16", "glm4_moe-f32", "glm4_moe-plain-f32", "minimax_m2-f32",
                                            "deepseek_v3-f32", "deepseek_v2-f32", "glm4_moe_lite-f32", "gpt_oss-f32",
-                                           "gpt_oss-bf16", "gpt_oss-mxfp4"));
+                                           "gpt_oss-bf16", "gpt_oss-mxfp4", "qwen3_next-f32", "qwen3_5_moe-f32"));
 
 class CudaStreaming : public ::testing::Test {
  protected:
@@ -347,22 +347,6 @@ TEST_F(CudaStreaming, MixedTypeGgufFileMatchesTheCpuRunner) {
   for (const fs::path& dir : {file, packed}) expect_cuda_matches_cpu(*backend, dir, dir.string());
 }
 
-// Gated DeltaNet and gated attention have no CUDA kernels yet: the runner refuses such a model by
-// name before anything is uploaded, and says where it runs.
-TEST(CudaDevice, RecurrentFamiliesAreRefusedByName) {
-  REQUIRE_CUDA(backend);
-  for (const char* name : {"qwen3_next-f32", "qwen3_5_moe-f32"}) {
-    auto model = Model::load(fixture(name));
-    try {
-      make_cuda_runner(*model, *backend, 32, 8);
-      FAIL() << name << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("run on the CPU only for now (--device cpu)"), std::string::npos)
-          << e.what();
-    }
-  }
-}
-
 TEST(CudaDevice, AbsentDeviceIsAClearError) {
   std::string why;
   if (cuda_backend(why)) GTEST_SKIP() << "this machine has a CUDA device";
@@ -492,7 +476,7 @@ TEST_P(CudaBatched, EachSequenceGetsItsAloneLogitsResidentAndStreamedAtTwoSlots)
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaBatched,
                          ::testing::Values("mixtral-bf16", "qwen2_moe-f32", "qwen3_moe-f32", "olmoe-f32",
-                                           "glm4_moe-f32", "deepseek_v3-f32"));
+                                           "glm4_moe-f32", "deepseek_v3-f32", "qwen3_next-f32"));
 
 }  // namespace
 }  // namespace chronos

@@ -137,15 +137,29 @@ class CudaOps final : public DeviceOps {
     }
   }
 
-  // Gated attention and Gated DeltaNet (Qwen3-Next) have no CUDA kernels yet: make_cuda_runner
-  // refuses such models before any op runs.
-  void split_heads(float*, float*, const float*, int64_t, int64_t, int64_t) override { unsupported(); }
-  void sigmoid_mul(float*, const float*, int64_t) override { unsupported(); }
-  void gated_delta_net(float*, const float*, const float*, const float*, const float*, int64_t) override {
-    unsupported();
+  void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t heads, int64_t width) override {
+    cuda::split_heads(a, b, src, rows, heads, width, stream_);
   }
-  [[noreturn]] void unsupported() const {
-    throw_error("{}: this model's layers have no CUDA kernels", cfg_.arch_name());
+  void sigmoid_mul(float* y, const float* gate, int64_t count) override { cuda::sigmoid_mul(y, gate, count, stream_); }
+
+  // Each run of a sequence's consecutive rows continues that sequence's states in the KV store.
+  void gated_delta_net(float* out, const float* qkv, const float* z, const float* b, const float* a,
+                       int64_t layer) override {
+    const ModelConfig& c = cfg_;
+    const LayerViews& l = views_.layers[size_t(layer)];
+    const cuda::DeltaNetShape shape{c.lin_k_heads,     c.lin_v_heads, c.lin_k_dim,  c.lin_v_dim,
+                                    c.lin_conv_kernel, z == nullptr,  c.lin_v_tiled};
+    const cuda::DeltaNetWeights weights{l.lin_conv, l.lin_a_log, l.lin_dt_bias, l.lin_norm};
+    const int64_t qkv_width = z == nullptr ? 2 * c.lin_key_width() + 2 * c.lin_value_width() : c.lin_conv_dim();
+    const int64_t ba_width = a == nullptr ? 2 * c.lin_v_heads : c.lin_v_heads;
+    const int64_t conv_floats = (c.lin_conv_kernel - 1) * c.lin_conv_dim();
+    for (const Run& r : runs_) {
+      float* state = kv_->state(r.slot, layer);
+      cuda::gated_delta_net(out + r.begin * c.lin_value_width(), conv_out_, qkv + r.begin * qkv_width,
+                            z == nullptr ? nullptr : z + r.begin * c.lin_value_width(), b + r.begin * ba_width,
+                            a == nullptr ? nullptr : a + r.begin * c.lin_v_heads, weights, state, state + conv_floats,
+                            r.count, r.pos0, shape, c.rms_norm_eps, stream_);
+    }
   }
 
   void attend_latent(float* out, const float* q, const float* latent, const float* k_rot, int64_t layer) override {
@@ -328,6 +342,14 @@ class CudaOps final : public DeviceOps {
       d.kv_a_norm = upload_floats(h.kv_a_norm, dense);
       d.mla_uk = upload_floats(h.mla_uk, dense);
       d.mla_uv = upload_floats(h.mla_uv, dense);
+      d.lin_qkv = upload_weight(h.lin_qkv, dense);
+      d.lin_z = upload_weight(h.lin_z, dense);
+      d.lin_b = upload_weight(h.lin_b, dense);
+      d.lin_a = upload_weight(h.lin_a, dense);
+      d.lin_conv = upload_floats(h.lin_conv, dense);
+      d.lin_a_log = upload_floats(h.lin_a_log, dense);
+      d.lin_dt_bias = upload_floats(h.lin_dt_bias, dense);
+      d.lin_norm = upload_floats(h.lin_norm, dense);
       if (cfg_.is_moe_layer(int64_t(il))) {
         d.router = upload_weight(h.router, dense);
         d.router_bias = upload_floats(h.router_bias, dense);
@@ -358,7 +380,19 @@ class CudaOps final : public DeviceOps {
     act_.q = device_array<float>(b * c.q_dim(), ws);
     act_.k = device_array<float>(b * std::max(c.kv_dim(), c.kv_lora_rank), ws);  // MLA: the latent
     act_.v = device_array<float>(b * std::max(c.kv_dim(), c.qk_rope_dim), ws);   // MLA: the rotary key
-    act_.attn = device_array<float>(b * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank}), ws);
+    act_.attn =
+        device_array<float>(b * std::max({c.q_dim(), c.attn_out_dim(), c.q_lora_rank, c.lin_value_width()}), ws);
+    // Gated attention's q_proj output and gates; a Gated DeltaNet's in-projections and convolution.
+    const int64_t gated_q = c.attn_output_gate ? 2 * c.q_dim() : 0;
+    const int64_t qkvz = c.has_recurrent_layers() ? 2 * c.lin_key_width() + 2 * c.lin_value_width() : 0;
+    if (gated_q > 0 || qkvz > 0) {
+      act_.mix = device_array<float>(b * std::max(gated_q, qkvz), ws);
+      act_.gate = device_array<float>(b * std::max(c.attn_output_gate ? c.q_dim() : 0, c.lin_value_width()), ws);
+    }
+    if (c.has_recurrent_layers()) {
+      act_.mix_ba = device_array<float>(b * 2 * c.lin_v_heads, ws);
+      conv_out_ = device_array<float>(b * c.lin_conv_dim(), ws);
+    }
     if (c.mla()) {
       q_latent_ = device_array<float>(b * c.n_head * (c.kv_lora_rank + c.qk_rope_dim), ws);
       o_latent_ = device_array<float>(b * c.n_head * c.kv_lora_rank, ws);
@@ -380,7 +414,8 @@ class CudaOps final : public DeviceOps {
     ids_ = device_array<int32_t>(b, ws);
     // cuBLAS inputs split into hi + lo halves of the weight dtype (Blas::gemm): two 2-byte values
     // per element of the widest activation of any product.
-    const int64_t widest = std::max({d, c.q_dim(), c.attn_out_dim(), c.q_lora_rank, c.kv_lora_rank, n_ff});
+    const int64_t widest =
+        std::max({d, c.q_dim(), c.attn_out_dim(), c.q_lora_rank, c.kv_lora_rank, n_ff, c.lin_value_width()});
     converted_ = device_alloc(b * widest * 4, ws);
     allocate_weight_tile();
     std::vector<float> cos, sin;
@@ -390,7 +425,14 @@ class CudaOps final : public DeviceOps {
     const int64_t slot_positions = c.n_layer * n_ctx_;
     float* k_cache = device_array<float>(n_seq * slot_positions * c.kv_key_width(), memory_.kv_cache_bytes);
     float* v_cache = device_array<float>(n_seq * slot_positions * c.kv_value_width(), memory_.kv_cache_bytes);
-    kv_.emplace(c, n_ctx_, n_seq, k_cache, v_cache);
+    // The recurrent layers' states (Gated DeltaNet): what a slot holds beyond its positions.
+    float* state = nullptr;
+    if (c.has_recurrent_layers()) {
+      const int64_t per_position = KvStore::bytes_per_slot(c, 2) - KvStore::bytes_per_slot(c, 1);
+      const int64_t state_bytes = KvStore::bytes_per_slot(c, 1) - per_position;
+      state = device_array<float>(n_seq * state_bytes / int64_t(sizeof(float)), memory_.kv_cache_bytes);
+    }
+    kv_.emplace(c, n_ctx_, n_seq, k_cache, v_cache, state);
     host_ids_ = pinned_array<int32_t>(b);
     host_top_ids_ = pinned_array<int32_t>(rows);
     host_top_w_ = pinned_array<float>(rows);
@@ -399,7 +441,7 @@ class CudaOps final : public DeviceOps {
     host_token_rows_ = pinned_array<int32_t>(rows);
     host_missing_ = pinned_array<uint8_t>(rows);
     host_tasks_ = pinned_array<cuda::ExpertTask>(n_exp);
-    host_values_floats_ = b * std::max(d, c.q_dim());
+    host_values_floats_ = b * std::max({d, c.q_dim(), c.lin_value_width()});
     host_values_ = pinned_array<float>(host_values_floats_);
     reserve_logit_rows(1);
   }
@@ -508,6 +550,7 @@ class CudaOps final : public DeviceOps {
   std::vector<TypedTask> typed_tasks_;  // one wave's present experts, grouped by type before launch
   size_t task_base_ = 0;                // where the layer's next wave starts in host_tasks_/tasks_
   float *rope_cos_ = nullptr, *rope_sin_ = nullptr;
+  float* conv_out_ = nullptr;                        // [batch, conv_dim] a Gated DeltaNet's convolved q, k, v
   float *q_latent_ = nullptr, *o_latent_ = nullptr;  // MLA's per-head queries and outputs in the latent
 
   int32_t *host_ids_ = nullptr, *host_top_ids_ = nullptr, *host_gather_ = nullptr, *host_token_rows_ = nullptr;
@@ -573,9 +616,6 @@ std::unique_ptr<ModelRunner> make_cuda_runner(const Model& model, Backend& backe
   CHRONOS_CHECK(n_ctx > 0 && batch > 0 && n_seq > 0);
   if (model.experts_streamed() && hooks.experts == nullptr)
     throw_error("a pack folder's experts need an expert streamer");
-  if (model.config().has_recurrent_layers() || model.config().attn_output_gate)
-    throw_error("{}: Gated DeltaNet and gated attention layers run on the CPU only for now (--device cpu)",
-                model.config().arch_name());
   return std::make_unique<CudaRunner>(model, *cuda, n_ctx, batch, std::move(hooks), n_seq);
 }
 
