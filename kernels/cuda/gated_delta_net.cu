@@ -155,14 +155,14 @@ void gated_delta_net(float* out, float* conv_out, const float* qkv, const float*
                      const DeltaNetShape& s, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return;
   if (s.k_dim > kMaxHeadWidth || s.v_dim > kMaxHeadWidth || s.v_heads % s.k_heads != 0)
-    throw_cuda_error("CUDA gated_delta_net: heads of {} and {} (at most {}), {} value heads for {} key heads",
-                     s.k_dim, s.v_dim, kMaxHeadWidth, s.v_heads, s.k_heads);
+    throw_cuda_error("CUDA gated_delta_net: heads of {} and {} (at most {}), {} value heads for {} key heads", s.k_dim,
+                     s.v_dim, kMaxHeadWidth, s.v_heads, s.k_heads);
   const int64_t conv_dim = 2 * s.k_heads * s.k_dim + s.v_heads * s.v_dim;
   conv_kernel<<<grid_for(conv_dim, 128), 128, 0, stream>>>(conv_out, qkv, w.conv, conv_state, n_rows, pos0, s);
   CHRONOS_CUDA_CHECK_LAUNCH("gated_delta_net convolution");
   const int threads = int((s.v_dim + kWarpSize - 1) / kWarpSize * kWarpSize);
   delta_rule_kernel<<<unsigned(s.v_heads), threads, 0, stream>>>(out, conv_out, qkv, z, b, a, w.a_log, w.dt_bias,
-                                                                  w.norm, recurrent_state, n_rows, pos0, s, eps);
+                                                                 w.norm, recurrent_state, n_rows, pos0, s, eps);
   CHRONOS_CUDA_CHECK_LAUNCH("gated_delta_net");
 }
 

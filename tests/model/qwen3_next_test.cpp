@@ -137,6 +137,9 @@ TEST(Qwen3Next, LayerScheduleFromLayerTypesOrTheInterval) {
         << e.what();
   }
   j["linear_num_value_heads"] = 4;
+  j["linear_conv_kernel_dim"] = 1;  // a convolution without a state
+  EXPECT_THROW(ModelConfig::from_json_text(j.dump(), "config.json"), Error);
+  j["linear_conv_kernel_dim"] = 4;
   j["layer_types"] = nlohmann::json::array({"linear_attention", "sliding_attention"});
   EXPECT_THROW(ModelConfig::from_json_text(j.dump(), "config.json"), Error);
 }

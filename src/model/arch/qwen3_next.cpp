@@ -43,6 +43,7 @@ void read_linear_attention(const nlohmann::json& j, ModelConfig& c) {
   bounded(c.lin_k_dim, 1024, "linear_key_head_dim");
   bounded(c.lin_v_dim, 1024, "linear_value_head_dim");
   bounded(c.lin_conv_kernel, 64, "linear_conv_kernel_dim");
+  if (c.lin_conv_kernel < 2) throw_error("key 'linear_conv_kernel_dim' must be at least 2 (got {})", c.lin_conv_kernel);
   if (c.lin_v_heads % c.lin_k_heads != 0)
     throw_error("linear_num_value_heads ({}) is not a multiple of linear_num_key_heads ({})", c.lin_v_heads,
                 c.lin_k_heads);
