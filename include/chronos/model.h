@@ -111,6 +111,8 @@ class KvStore {
   // naming both sizes when not even one does).
   static int64_t bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx, int64_t max_rows = 0);
   static int64_t slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget);
+  // Bytes of one slot's recurrent states (Gated DeltaNet layers; 0 without), part of bytes_per_slot.
+  static int64_t state_bytes_per_slot(const ModelConfig& cfg);
   // The positions a slot keeps for `layer`: n_ctx, or a sliding layer's ring (see the constructor).
   static int64_t layer_positions(const ModelConfig& cfg, int64_t layer, int64_t n_ctx, int64_t max_rows);
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "chronos/ops.h"  // WeightView, DType
+#include "kernels/delta_net_layout.h"
 #include "kernels/router_select.h"
 
 namespace chronos::cuda {
@@ -57,11 +58,6 @@ void split_heads(float* a, float* b, const float* src, int64_t rows, int64_t hea
 // y[i] *= sigmoid(gate[i]).
 void sigmoid_mul(float* y, const float* gate, int64_t n, cudaStream_t stream);
 
-// A Gated DeltaNet layer's sizes and the layouts of its in-projections (ModelConfig's lin_*).
-struct DeltaNetShape {
-  int64_t k_heads, v_heads, k_dim, v_dim, conv_kernel;
-  bool qkvz_grouped, v_tiled;
-};
 // Its small weights, device f32: conv [conv_dim, kernel], a_log and dt_bias [v_heads], norm [v_dim].
 struct DeltaNetWeights {
   const float* conv;
@@ -70,13 +66,14 @@ struct DeltaNetWeights {
   const float* norm;
 };
 // The Gated DeltaNet (DeviceOps::gated_delta_net) over n_rows consecutive rows of one sequence,
-// the first at position pos0 (0: its states start from zero): qkv the rows of in_proj_qkvz or
-// in_proj_qkv, z in_proj_z's or null (inside qkvz), b in_proj_ba's (a null) or in_proj_b's with a
-// in_proj_a's; conv_state [kernel - 1, conv_dim] and recurrent_state [v_heads, k_dim, v_dim] the
-// sequence's, updated; conv_out [n_rows, conv_dim] scratch; out [n_rows, v_heads * v_dim].
+// the first at position pos0 (0: its states start from zero), its inputs where `layout` says
+// (kernels/delta_net_layout.h): qkv the rows of in_proj_qkvz or in_proj_qkv, z in_proj_z's or null
+// (inside qkvz), b in_proj_ba's (a null) or in_proj_b's with a in_proj_a's; conv_state [kernel - 1,
+// conv_dim] and recurrent_state [v_heads, k_dim, v_dim] the sequence's, updated; conv_out [n_rows,
+// conv_dim] scratch; out [n_rows, v_heads * v_dim].
 void gated_delta_net(float* out, float* conv_out, const float* qkv, const float* z, const float* b, const float* a,
                      const DeltaNetWeights& w, float* conv_state, float* recurrent_state, int64_t n_rows, int64_t pos0,
-                     const DeltaNetShape& s, float eps, cudaStream_t stream);
+                     const DeltaNetLayout& layout, int64_t kernel_width, float eps, cudaStream_t stream);
 
 // Causal grouped-query attention for n_tokens queries at positions pos0 + t over one layer's
 // caches (keys 0 .. pos0 + t, or the last `window` of them when window > 0). q, out:

@@ -30,30 +30,15 @@ __global__ void sigmoid_mul_kernel(float* y, const float* gate, int64_t n) {
     y[i] *= 1.0f / (1.0f + expf(-gate[i]));
 }
 
-// A convolution channel's column in a row of in_proj_qkvz (grouped) or in_proj_qkv.
-__device__ int64_t qkv_column(const DeltaNetShape& s, int64_t channel) {
-  if (!s.qkvz_grouped) return channel;
-  const int64_t key_width = s.k_heads * s.k_dim, per_key = s.v_heads / s.k_heads;
-  const int64_t group = 2 * s.k_dim + 2 * per_key * s.v_dim;
-  if (channel < 2 * key_width) {
-    const int64_t part = channel / key_width, within = channel % key_width;
-    return within / s.k_dim * group + part * s.k_dim + within % s.k_dim;
-  }
-  const int64_t value = channel - 2 * key_width, head = value / s.v_dim;
-  return head / per_key * group + 2 * s.k_dim + head % per_key * s.v_dim + value % s.v_dim;
-}
-
 __global__ void conv_kernel(float* conv_out, const float* qkv, const float* weight, float* state, int64_t n_rows,
-                            int64_t pos0, DeltaNetShape s) {
-  const int64_t conv_dim = 2 * s.k_heads * s.k_dim + s.v_heads * s.v_dim;
-  const int64_t row_width = s.qkvz_grouped ? 2 * s.k_heads * s.k_dim + 2 * s.v_heads * s.v_dim : conv_dim;
-  const int64_t kernel = s.conv_kernel;
+                            int64_t pos0, DeltaNetLayout s, int64_t kernel) {
+  const int64_t conv_dim = s.conv_dim(), row_width = s.qkv_row_width();
   for (int64_t ch = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; ch < conv_dim;
        ch += int64_t(gridDim.x) * blockDim.x) {
     if (pos0 == 0)
       for (int64_t j = 0; j + 1 < kernel; ++j) state[j * conv_dim + ch] = 0.0f;
     const float* w = weight + ch * kernel;
-    const int64_t column = qkv_column(s, ch);
+    const int64_t column = s.qkv_column(ch);
     for (int64_t t = 0; t < n_rows; ++t) {
       const float x = qkv[t * row_width + column];
       float sum = 0.0f;
@@ -68,16 +53,15 @@ __global__ void conv_kernel(float* conv_out, const float* qkv, const float* weig
 
 __global__ void delta_rule_kernel(float* out, const float* conv_out, const float* qkv, const float* z, const float* b,
                                   const float* a, const float* a_log, const float* dt_bias, const float* norm,
-                                  float* state, int64_t n_rows, int64_t pos0, DeltaNetShape s, float eps) {
+                                  float* state, int64_t n_rows, int64_t pos0, DeltaNetLayout s, float eps) {
   __shared__ float q[kMaxHeadWidth], k[kMaxHeadWidth], o[kMaxHeadWidth];
   __shared__ float beta, decay, inv_rms;
   const int64_t h = blockIdx.x, x = threadIdx.x;
-  const int64_t dk = s.k_dim, dv = s.v_dim, nv = s.v_heads, per_key = s.v_heads / s.k_heads;
-  const int64_t key_width = s.k_heads * dk, conv_dim = 2 * key_width + nv * dv;
-  const int64_t g = s.v_tiled ? h % s.k_heads : h / per_key, j = h % per_key;
-  const int64_t group = 2 * dk + 2 * per_key * dv;
-  const int64_t row_width = s.qkvz_grouped ? s.k_heads * group : conv_dim;
-  float* S = state + h * dk * dv;  // [dk, dv]; this thread owns column x
+  const int64_t dk = s.k_dim, dv = s.v_dim, nv = s.v_heads;
+  const int64_t key_width = s.key_width(), conv_dim = s.conv_dim(), row_width = s.qkv_row_width();
+  const int64_t ba_width = s.ba_row_width(), g = s.key_head(h);
+  const float* a_rows = a != nullptr ? a : b;  // in_proj_a, or in_proj_ba's a columns
+  float* S = state + h * dk * dv;              // [dk, dv]; this thread owns column x
   if (pos0 == 0 && x < dv)
     for (int64_t i = 0; i < dk; ++i) S[i * dv + x] = 0.0f;
   for (int64_t t = 0; t < n_rows; ++t) {
@@ -97,8 +81,8 @@ __global__ void delta_rule_kernel(float* out, const float* conv_out, const float
         q[i] *= q_inv;
         k[i] *= k_inv;
       }
-      const float b_h = a == nullptr ? b[t * 2 * nv + g * 2 * per_key + j] : b[t * nv + h];
-      const float a_h = (a == nullptr ? b[t * 2 * nv + g * 2 * per_key + per_key + j] : a[t * nv + h]) + dt_bias[h];
+      const float b_h = b[t * ba_width + s.b_column(h)];
+      const float a_h = a_rows[t * ba_width + s.a_column(h)] + dt_bias[h];
       beta = 1.0f / (1.0f + expf(-b_h));
       const float softplus = a_h > 20.0f ? a_h : log1pf(expf(a_h));
       decay = expf(-expf(a_log[h]) * softplus);
@@ -126,8 +110,7 @@ __global__ void delta_rule_kernel(float* out, const float* conv_out, const float
     }
     __syncthreads();
     if (x < dv) {
-      const float gate = z == nullptr ? qkv[t * row_width + g * group + 2 * dk + per_key * dv + j * dv + x]
-                                      : z[t * nv * dv + h * dv + x];
+      const float gate = z == nullptr ? qkv[t * row_width + s.z_column(h) + x] : z[t * nv * dv + h * dv + x];
       out[t * nv * dv + h * dv + x] = norm[x] * (o[x] * inv_rms) * (gate / (1.0f + expf(-gate)));
     }
     __syncthreads();
@@ -152,17 +135,17 @@ void sigmoid_mul(float* y, const float* gate, int64_t n, cudaStream_t stream) {
 
 void gated_delta_net(float* out, float* conv_out, const float* qkv, const float* z, const float* b, const float* a,
                      const DeltaNetWeights& w, float* conv_state, float* recurrent_state, int64_t n_rows, int64_t pos0,
-                     const DeltaNetShape& s, float eps, cudaStream_t stream) {
+                     const DeltaNetLayout& layout, int64_t kernel_width, float eps, cudaStream_t stream) {
   if (n_rows <= 0) return;
-  if (s.k_dim > kMaxHeadWidth || s.v_dim > kMaxHeadWidth || s.v_heads % s.k_heads != 0)
-    throw_cuda_error("CUDA gated_delta_net: heads of {} and {} (at most {}), {} value heads for {} key heads", s.k_dim,
-                     s.v_dim, kMaxHeadWidth, s.v_heads, s.k_heads);
-  const int64_t conv_dim = 2 * s.k_heads * s.k_dim + s.v_heads * s.v_dim;
-  conv_kernel<<<grid_for(conv_dim, 128), 128, 0, stream>>>(conv_out, qkv, w.conv, conv_state, n_rows, pos0, s);
+  if (layout.k_dim > kMaxHeadWidth || layout.v_dim > kMaxHeadWidth || layout.v_heads % layout.k_heads != 0)
+    throw_cuda_error("CUDA gated_delta_net: heads of {} and {} (at most {}), {} value heads for {} key heads",
+                     layout.k_dim, layout.v_dim, kMaxHeadWidth, layout.v_heads, layout.k_heads);
+  conv_kernel<<<grid_for(layout.conv_dim(), 128), 128, 0, stream>>>(conv_out, qkv, w.conv, conv_state, n_rows, pos0,
+                                                                    layout, kernel_width);
   CHRONOS_CUDA_CHECK_LAUNCH("gated_delta_net convolution");
-  const int threads = int((s.v_dim + kWarpSize - 1) / kWarpSize * kWarpSize);
-  delta_rule_kernel<<<unsigned(s.v_heads), threads, 0, stream>>>(out, conv_out, qkv, z, b, a, w.a_log, w.dt_bias,
-                                                                 w.norm, recurrent_state, n_rows, pos0, s, eps);
+  const int threads = int((layout.v_dim + kWarpSize - 1) / kWarpSize * kWarpSize);
+  delta_rule_kernel<<<unsigned(layout.v_heads), threads, 0, stream>>>(
+      out, conv_out, qkv, z, b, a, w.a_log, w.dt_bias, w.norm, recurrent_state, n_rows, pos0, layout, eps);
   CHRONOS_CUDA_CHECK_LAUNCH("gated_delta_net");
 }
 

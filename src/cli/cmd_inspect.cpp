@@ -198,8 +198,8 @@ int run_inspect(const InspectArgs& args) {
   }
   // Bytes one more position adds (every attention layer's), and a sequence's recurrent state
   // (Gated DeltaNet layers), which does not grow with it.
-  const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 2) - KvStore::bytes_per_slot(c, 1);
-  const int64_t state_bytes = KvStore::bytes_per_slot(c, 1) - kv_bytes_per_token;
+  const int64_t state_bytes = KvStore::state_bytes_per_slot(c);
+  const int64_t kv_bytes_per_token = KvStore::bytes_per_slot(c, 1) - state_bytes;
   int64_t attention_layers = 0, recurrent_layers = 0;
   for (const LayerKind& kind : c.layers)
     ++(kind.attention == AttentionKind::kGatedDeltaNet ? recurrent_layers : attention_layers);

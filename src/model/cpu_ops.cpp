@@ -196,27 +196,16 @@ void CpuOps::sigmoid_mul(float* y, const float* gate, int64_t count) {
 void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const float* b, const float* a,
                              int64_t layer) {
   const LayerViews& l = s_.views.layers[size_t(layer)];
-  const int64_t nk = c_.lin_k_heads, nv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
-  const int64_t per_key = nv / nk, kernel = c_.lin_conv_kernel, conv_dim = c_.lin_conv_dim();
-  const int64_t key_width = c_.lin_key_width(), value_width = c_.lin_value_width();
-  const bool grouped = z == nullptr, ba_grouped = a == nullptr, tiled = c_.lin_v_tiled;
-  CHRONOS_CHECK(dk <= 1024 && dv <= 1024 && grouped == c_.lin_qkvz_grouped && ba_grouped == c_.lin_ba_grouped);
-  // Grouped (Qwen3-Next): a row of in_proj_qkvz holds per key head g [q (dk), k (dk), v (per_key *
-  // dv), z (per_key * dv)], a row of in_proj_ba per key head [b (per_key), a (per_key)]. Else the
-  // rows are in the order used: q, k, v by head, z by value head, b and a by value head.
-  const int64_t group = 2 * dk + 2 * per_key * dv, row_width = grouped ? nk * group : conv_dim;
-  const auto source = [&](int64_t channel) {  // a convolution channel's column in qkv's row
-    if (!grouped) return channel;
-    if (channel < 2 * key_width) {
-      const int64_t part = channel / key_width, within = channel % key_width;
-      return within / dk * group + part * dk + within % dk;
-    }
-    const int64_t value = channel - 2 * key_width, head = value / dv;
-    return head / per_key * group + 2 * dk + head % per_key * dv + value % dv;
-  };
+  const DeltaNetLayout layout = delta_net_layout(c_);
+  const int64_t nv = c_.lin_v_heads, dk = c_.lin_k_dim, dv = c_.lin_v_dim;
+  const int64_t kernel = c_.lin_conv_kernel, conv_dim = c_.lin_conv_dim(), key_width = c_.lin_key_width();
+  const int64_t row_width = layout.qkv_row_width(), ba_width = layout.ba_row_width();
+  CHRONOS_CHECK(dk <= 1024 && dv <= 1024 && (z == nullptr) == layout.qkvz_grouped &&
+                (a == nullptr) == layout.ba_grouped);
   // The convolution, channel ranges in parallel, each row in order continuing its sequence: the
   // state holds a channel's last kernel - 1 inputs, oldest first.
   float* conv_out = s_.lin_conv_out.data();  // [n, conv_dim]: q, k, v after the convolution and SiLU
+  const int64_t* columns = s_.lin_columns.data();
   pool_.parallel_for(conv_dim, 256, [&](int64_t begin, int64_t end) {
     for (int64_t t = 0; t < n_; ++t) {
       float* state = kv_.state(batch_->seq(begin_ + t), layer);  // [kernel - 1, conv_dim]
@@ -225,7 +214,7 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
           std::fill(state + j * conv_dim + begin, state + j * conv_dim + end, 0.0f);
       for (int64_t ch = begin; ch < end; ++ch) {
         const float* w = l.lin_conv + ch * kernel;
-        const float x = qkv[t * row_width + source(ch)];
+        const float x = qkv[t * row_width + columns[ch]];
         float sum = 0.0f;
         for (int64_t j = 0; j + 1 < kernel; ++j) sum += w[j] * state[j * conv_dim + ch];
         sum += w[kernel - 1] * x;
@@ -239,8 +228,9 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
   const float q_scale = 1.0f / std::sqrt(float(dk)), eps = c_.rms_norm_eps;
   const int64_t conv_floats = (kernel - 1) * conv_dim;
   pool_.run(nv, [&](int64_t h) {
-    const int64_t g = tiled ? h % nk : h / per_key, j = h % per_key;  // key head; place in a grouped ba
+    const int64_t g = layout.key_head(h);
     const float decay_scale = -std::exp(l.lin_a_log[h]);
+    const float* a_rows = a != nullptr ? a : b;  // in_proj_a, or in_proj_ba's a columns
     float q[1024], k[1024], kv_mem[1024];
     for (int64_t t = 0; t < n_; ++t) {
       const float* row = conv_out + t * conv_dim;
@@ -253,8 +243,8 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
       l2_normalized(q, row + g * dk, q_scale);
       l2_normalized(k, row + key_width + g * dk, 1.0f);
       const float* v = row + 2 * key_width + h * dv;
-      const float b_h = ba_grouped ? b[t * 2 * nv + g * 2 * per_key + j] : b[t * nv + h];
-      const float a_h = (ba_grouped ? b[t * 2 * nv + g * 2 * per_key + per_key + j] : a[t * nv + h]) + l.lin_dt_bias[h];
+      const float b_h = b[t * ba_width + layout.b_column(h)];
+      const float a_h = a_rows[t * ba_width + layout.a_column(h)] + l.lin_dt_bias[h];
       const float beta = 1.0f / (1.0f + std::exp(-b_h));
       const float softplus = a_h > 20.0f ? a_h : std::log1p(std::exp(a_h));  // torch's threshold
       const float decay = std::exp(decay_scale * softplus);
@@ -279,8 +269,7 @@ void CpuOps::gated_delta_net(float* out, const float* qkv, const float* z, const
         }
       }
       // The gated RMSNorm: each head's output normalized, scaled, and gated by silu(z).
-      const float* gate =
-          grouped ? qkv + t * row_width + g * group + 2 * dk + per_key * dv + j * dv : z + t * value_width + h * dv;
+      const float* gate = z == nullptr ? qkv + t * row_width + layout.z_column(h) : z + t * nv * dv + h * dv;
       float squares = 0.0f;
       for (int64_t x = 0; x < dv; ++x) squares += o[x] * o[x];
       const float inv = 1.0f / std::sqrt(squares / float(dv) + eps);

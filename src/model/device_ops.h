@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chronos/model.h"
+#include "kernels/delta_net_layout.h"
 #include "model/moe_plan.h"
 
 namespace chronos {
@@ -59,6 +60,11 @@ struct ModelViews {
   const float* output_norm = nullptr;
   std::vector<LayerViews> layers;
 };
+
+// Where a Gated DeltaNet layer's inputs sit in its in-projections (ModelConfig's lin_* layouts).
+inline DeltaNetLayout delta_net_layout(const ModelConfig& c) {
+  return {c.lin_k_heads, c.lin_v_heads, c.lin_k_dim, c.lin_v_dim, c.lin_qkvz_grouped, c.lin_ba_grouped, c.lin_v_tiled};
+}
 
 // The weights as the CPU reads them: views of the loaded model, no copy.
 ModelViews host_views(const ModelWeights& weights);

@@ -133,7 +133,11 @@ Model::ScratchPtr Model::make_scratch(int64_t max_batch, int64_t n_ctx) const {
   a.mix = sized(s->mix, max_batch * std::max(gated_q, qkvz));
   a.gate = sized(s->gate, max_batch * std::max(c.attn_output_gate ? c.q_dim() : 0, c.lin_value_width()));
   a.mix_ba = sized(s->mix_ba, max_batch * 2 * c.lin_v_heads);
-  if (c.has_recurrent_layers()) s->lin_conv_out.resize(size_t(max_batch * c.lin_conv_dim()));
+  if (c.has_recurrent_layers()) {
+    s->lin_conv_out.resize(size_t(max_batch * c.lin_conv_dim()));
+    const DeltaNetLayout layout = delta_net_layout(c);
+    for (int64_t ch = 0; ch < c.lin_conv_dim(); ++ch) s->lin_columns.push_back(layout.qkv_column(ch));
+  }
   a.ffn_out = sized(s->ffn_out, max_batch * c.n_embd);
   a.ff_gate = sized(s->ff_gate, std::max(slots, max_batch) * n_ff);
   a.ff_up = sized(s->ff_up, std::max(slots, max_batch) * n_ff);

@@ -73,13 +73,17 @@ int64_t KvStore::layer_positions(const ModelConfig& cfg, int64_t layer, int64_t 
   return std::min(n_ctx, window + max_rows - 1);
 }
 
+int64_t KvStore::state_bytes_per_slot(const ModelConfig& cfg) {
+  int64_t floats = 0;
+  for (const LayerKind& layer : cfg.layers)
+    if (layer.attention == AttentionKind::kGatedDeltaNet) floats += cfg.lin_state_floats();
+  return floats * int64_t(sizeof(float));
+}
+
 int64_t KvStore::bytes_per_slot(const ModelConfig& cfg, int64_t n_ctx, int64_t max_rows) {
-  int64_t positions = 0, state = 0;
-  for (int64_t il = 0; il < cfg.n_layer; ++il) {
-    positions += layer_positions(cfg, il, n_ctx, max_rows);
-    if (cfg.layers[size_t(il)].attention == AttentionKind::kGatedDeltaNet) state += cfg.lin_state_floats();
-  }
-  return (positions * (cfg.kv_key_width() + cfg.kv_value_width()) + state) * int64_t(sizeof(float));
+  int64_t positions = 0;
+  for (int64_t il = 0; il < cfg.n_layer; ++il) positions += layer_positions(cfg, il, n_ctx, max_rows);
+  return positions * (cfg.kv_key_width() + cfg.kv_value_width()) * int64_t(sizeof(float)) + state_bytes_per_slot(cfg);
 }
 
 int64_t KvStore::slots_for_budget(const ModelConfig& cfg, int64_t n_ctx, int64_t budget) {

@@ -16,7 +16,8 @@ struct Model::Scratch {
   // The activations (device_ops.h's Activations point into these).
   std::vector<float> x, xn, q, k, v, attn, mix, gate, mix_ba, ffn_out, ff_gate, ff_up, ff_in, ff_down, shared_out,
       shared_logit, router;
-  std::vector<float> lin_conv_out;  // [max_batch, conv_dim] a Gated DeltaNet's convolved q, k, v
+  std::vector<float> lin_conv_out;   // [max_batch, conv_dim] a Gated DeltaNet's convolved q, k, v
+  std::vector<int64_t> lin_columns;  // [conv_dim] each convolution channel's column in a qkv row
   Activations act;
   std::vector<int32_t> top_ids;  // [max_batch, n_expert_used] the router's choices
   std::vector<float> top_w;      // [max_batch, n_expert_used] and their weights

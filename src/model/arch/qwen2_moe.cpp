@@ -22,12 +22,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
   add_global_tensors(c, out);
   for (int64_t il = 0; il < c.n_layer; ++il) {
     add_attention_tensors(c, il, out);
-    if (!c.is_moe_layer(il)) {
-      add_dense_mlp_tensors(c, il, out);
-      continue;
-    }
-    qwen_moe::add_moe_tensors(c, il, out);
-    qwen_moe::add_gated_shared_expert(c, il, out);
+    qwen_moe::add_ffn_tensors(c, il, out);
   }
   return out;
 }

@@ -121,12 +121,7 @@ std::vector<TensorSpec> tensor_table(const ModelConfig& c) {
       add_linear_attention_tensors(c, il, out);
     else
       add_attention_tensors(c, il, out);
-    if (!c.is_moe_layer(il)) {
-      add_dense_mlp_tensors(c, il, out);
-      continue;
-    }
-    qwen_moe::add_moe_tensors(c, il, out);
-    qwen_moe::add_gated_shared_expert(c, il, out);
+    qwen_moe::add_ffn_tensors(c, il, out);
   }
   return out;
 }

@@ -60,4 +60,15 @@ inline void add_moe_tensors(const ModelConfig& c, int64_t il, std::vector<Tensor
   add_expert_tensors(c, il, "mlp.experts", "gate_proj", "up_proj", "down_proj", out);
 }
 
+// A layer's FFN as Qwen2-MoE and its successors name it: the dense MLP, or the router, the experts
+// and the gated shared expert.
+inline void add_ffn_tensors(const ModelConfig& c, int64_t il, std::vector<TensorSpec>& out) {
+  if (!c.is_moe_layer(il)) {
+    add_dense_mlp_tensors(c, il, out);
+    return;
+  }
+  add_moe_tensors(c, il, out);
+  add_gated_shared_expert(c, il, out);
+}
+
 }  // namespace chronos::qwen_moe

@@ -147,18 +147,15 @@ class CudaOps final : public DeviceOps {
                        int64_t layer) override {
     const ModelConfig& c = cfg_;
     const LayerViews& l = views_.layers[size_t(layer)];
-    const cuda::DeltaNetShape shape{c.lin_k_heads,     c.lin_v_heads, c.lin_k_dim,  c.lin_v_dim,
-                                    c.lin_conv_kernel, z == nullptr,  c.lin_v_tiled};
+    const DeltaNetLayout layout = delta_net_layout(c);
     const cuda::DeltaNetWeights weights{l.lin_conv, l.lin_a_log, l.lin_dt_bias, l.lin_norm};
-    const int64_t qkv_width = z == nullptr ? 2 * c.lin_key_width() + 2 * c.lin_value_width() : c.lin_conv_dim();
-    const int64_t ba_width = a == nullptr ? 2 * c.lin_v_heads : c.lin_v_heads;
-    const int64_t conv_floats = (c.lin_conv_kernel - 1) * c.lin_conv_dim();
+    const int64_t conv_floats = (c.lin_conv_kernel - 1) * c.lin_conv_dim(), value_width = c.lin_value_width();
     for (const Run& r : runs_) {
       float* state = kv_->state(r.slot, layer);
-      cuda::gated_delta_net(out + r.begin * c.lin_value_width(), conv_out_, qkv + r.begin * qkv_width,
-                            z == nullptr ? nullptr : z + r.begin * c.lin_value_width(), b + r.begin * ba_width,
+      cuda::gated_delta_net(out + r.begin * value_width, conv_out_, qkv + r.begin * layout.qkv_row_width(),
+                            z == nullptr ? nullptr : z + r.begin * value_width, b + r.begin * layout.ba_row_width(),
                             a == nullptr ? nullptr : a + r.begin * c.lin_v_heads, weights, state, state + conv_floats,
-                            r.count, r.pos0, shape, c.rms_norm_eps, stream_);
+                            r.count, r.pos0, layout, c.lin_conv_kernel, c.rms_norm_eps, stream_);
     }
   }
 
@@ -425,13 +422,9 @@ class CudaOps final : public DeviceOps {
     const int64_t slot_positions = c.n_layer * n_ctx_;
     float* k_cache = device_array<float>(n_seq * slot_positions * c.kv_key_width(), memory_.kv_cache_bytes);
     float* v_cache = device_array<float>(n_seq * slot_positions * c.kv_value_width(), memory_.kv_cache_bytes);
-    // The recurrent layers' states (Gated DeltaNet): what a slot holds beyond its positions.
-    float* state = nullptr;
-    if (c.has_recurrent_layers()) {
-      const int64_t per_position = KvStore::bytes_per_slot(c, 2) - KvStore::bytes_per_slot(c, 1);
-      const int64_t state_bytes = KvStore::bytes_per_slot(c, 1) - per_position;
-      state = device_array<float>(n_seq * state_bytes / int64_t(sizeof(float)), memory_.kv_cache_bytes);
-    }
+    // The recurrent layers' states (Gated DeltaNet), beside the positions.
+    const int64_t state_floats = KvStore::state_bytes_per_slot(c) / int64_t(sizeof(float));
+    float* state = state_floats > 0 ? device_array<float>(n_seq * state_floats, memory_.kv_cache_bytes) : nullptr;
     kv_.emplace(c, n_ctx_, n_seq, k_cache, v_cache, state);
     host_ids_ = pinned_array<int32_t>(b);
     host_top_ids_ = pinned_array<int32_t>(rows);
