@@ -4,6 +4,8 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config
           libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev liburing-dev
           libpcre2-dev libutf8proc-dev libxxhash-dev libgtest-dev libbenchmark-dev
+          libcpp-httplib-dev         # chronos serve
+          python3-venv               # the OpenAI client test (tests/server)
           clang libclang-rt-14-dev   # clang + libFuzzer: the fuzz targets (tests/fuzz)
           clang-format)              # scripts/check_format.sh
 missing=()

@@ -32,6 +32,8 @@ class Engine {
   void forward(const Batch& batch, float* logits) const;
   // A new sequence (the runner's free KV slot) whose request begins; and its end.
   int32_t add_sequence() const;
+  // The free slot `sequence`, keeping its first `keep` positions (ModelRunner::add_sequence).
+  int32_t add_sequence(int32_t sequence, int64_t keep) const;
   void remove_sequence(int32_t sequence) const;
 
  private:

@@ -37,6 +37,7 @@ const char* stop_reason_name(StopReason reason);
 
 struct GenerateStats {
   int64_t prompt_tokens = 0;
+  int64_t reused_prompt_tokens = 0;  // of those, tokens whose KV an earlier sequence left (not run again)
   int64_t generated_tokens = 0;
   double prefill_seconds = 0.0;
   double time_to_first_token_seconds = 0.0;  // prefill + first sample

@@ -118,6 +118,10 @@ class KvStore {
 
   // A free slot, with length 0; throws Error when every slot is in use.
   int32_t allocate();
+  // Takes the free `slot` keeping its first `keep` positions (and recurrent state): the ones the
+  // sequence that last held it left there, as long as nothing wrote the slot since (prefix reuse).
+  // Throws Error when the slot is in use or keep is past the context.
+  int32_t allocate(int32_t slot, int64_t keep);
   // Returns a slot in use to the free ones; throws Error for any other slot.
   void free(int32_t slot);
   bool in_use(int32_t slot) const { return slot >= 0 && slot < n_slots_ && in_use_[size_t(slot)] != 0; }

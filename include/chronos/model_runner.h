@@ -40,6 +40,9 @@ class ModelRunner {
   // in one step, writing logits [batch.n_logits(), n_vocab]. Throw Error for a full store or for
   // bad rows.
   virtual int32_t add_sequence() = 0;
+  // Takes the free KV slot `seq` keeping the first `keep` positions its last sequence left there
+  // (KvStore::allocate(slot, keep)): a prompt that begins with those tokens continues from them.
+  virtual int32_t add_sequence(int32_t seq, int64_t keep) = 0;
   virtual void remove_sequence(int32_t seq) = 0;
   virtual void forward(const Batch& batch, float* logits) = 0;
   virtual int64_t n_ctx() const = 0;

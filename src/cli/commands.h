@@ -33,6 +33,7 @@ Command register_eval_predictors(CLI::App& app);
 Command register_perplexity(CLI::App& app);
 Command register_chat_template(CLI::App& app);
 Command register_tokenize(CLI::App& app);
+Command register_serve(CLI::App& app);
 
 // -m, or $CHRONOS_MODEL, or the bundled default model.
 std::filesystem::path resolve_model_dir(const std::string& flag_value);

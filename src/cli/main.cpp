@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                                               cli::register_eval_predictors(app),
                                               cli::register_perplexity(app),
                                               cli::register_chat_template(app),
-                                              cli::register_tokenize(app)};
+                                              cli::register_tokenize(app),
+                                              cli::register_serve(app)};
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string name = argv[1];

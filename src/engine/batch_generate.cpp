@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <utility>
 
 #include "chronos/error.h"
@@ -63,27 +64,81 @@ BatchGenerator::BatchGenerator(const Model& model, const Tokenizer& tokenizer, s
       n_seq_(n_seq),
       step_rows_(step_rows) {
   CHRONOS_CHECK(n_seq_ > 0 && step_rows_ > 0);
+  slots_.resize(size_t(n_seq_));
 }
 
 BatchGenerator::~BatchGenerator() = default;
 
+namespace {
+
+// generate --jsonl's list as a source: in order, then done; keep_going false closes it.
+class ListSource final : public RequestSource {
+ public:
+  ListSource(std::span<const BatchRequest> requests, const std::function<bool()>& keep_going)
+      : requests_(requests), keep_going_(keep_going) {}
+  std::optional<Next> next() override {
+    if (next_ == requests_.size()) return std::nullopt;
+    const size_t i = next_++;
+    return Next{i, &requests_[i]};
+  }
+  bool wait() override { return false; }
+  bool open() override { return !keep_going_ || keep_going_(); }
+
+ private:
+  std::span<const BatchRequest> requests_;
+  const std::function<bool()>& keep_going_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+void BatchGenerator::check_prompt(size_t id, const BatchRequest& request) const {
+  const int64_t n = std::ssize(request.prompt), n_ctx = runner_->n_ctx();
+  if (n == 0) throw_error("request {}: the prompt is empty (no tokens to start from)", id + 1);
+  if (n >= n_ctx)
+    throw_error("request {}: the prompt is {} tokens, but the context holds {} (raise --ctx-size, at most {})", id + 1,
+                n, n_ctx, model_.config().n_ctx_train);
+}
+
+std::pair<int32_t, int64_t> BatchGenerator::choose_slot(std::span<const int32_t> prompt) const {
+  const ModelConfig& cfg = model_.config();
+  const bool continue_only =
+      cfg.has_recurrent_layers() ||
+      std::any_of(cfg.layers.begin(), cfg.layers.end(), [](const LayerKind& layer) { return layer.window > 0; });
+  int32_t best = -1;
+  int64_t best_keep = -1;
+  for (int32_t slot = 0; slot < int32_t(n_seq_); ++slot) {
+    const SlotHistory& s = slots_[size_t(slot)];
+    if (s.live) continue;
+    const auto [cached, asked] = std::mismatch(s.tokens.begin(), s.tokens.end(), prompt.begin(), prompt.end());
+    // At least the prompt's last token runs: its logits are the first sample's.
+    int64_t keep = std::min<int64_t>(cached - s.tokens.begin(), std::ssize(prompt) - 1);
+    if (continue_only && keep != std::ssize(s.tokens)) keep = 0;
+    if (keep > best_keep || (keep == best_keep && s.released < slots_[size_t(best)].released)) {
+      best = slot;
+      best_keep = keep;
+    }
+  }
+  CHRONOS_CHECK(best >= 0);
+  return {best, best_keep};
+}
+
 BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const TextFn& on_text, const DoneFn& on_done,
                                 const std::function<bool()>& keep_going) {
+  for (size_t i = 0; i < requests.size(); ++i) check_prompt(i, requests[i]);
+  ListSource source(requests, keep_going);
+  return run(source, on_text, on_done);
+}
+
+BatchTotals BatchGenerator::run(RequestSource& source, const TextFn& on_text, const DoneFn& on_done,
+                                const StepFn& on_step) {
   const int64_t n_ctx = runner_->n_ctx(), n_vocab = model_.config().n_vocab;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const int64_t n = std::ssize(requests[i].prompt);
-    if (n == 0) throw_error("request {}: the prompt is empty (no tokens to start from)", i + 1);
-    if (n >= n_ctx)
-      throw_error("request {}: the prompt is {} tokens, but the context holds {} (raise --ctx-size, at most {})", i + 1,
-                  n, n_ctx, model_.config().n_ctx_train);
-  }
   BatchTotals totals;
   const auto start = Clock::now();
   std::vector<std::unique_ptr<Live>> live;
   std::vector<float> logits(size_t(n_seq_ * n_vocab));
   Batch batch;
   batch.reserve(step_rows_ + n_seq_);
-  size_t next = 0;
 
   // Ends a sequence: the held-back text goes out (unless a stop string or the caller ended it), the
   // caller hears of it and its slot frees.
@@ -99,6 +154,10 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
     l.finished = true;
     totals.prompt_tokens += l.stats.prompt_tokens;
     totals.generated_tokens += l.stats.generated_tokens;
+    SlotHistory& slot = slots_[size_t(l.slot)];
+    slot.live = false;
+    slot.tokens.assign(l.history.begin(), l.history.begin() + l.pos);
+    slot.released = ++releases_;
     engine_.remove_sequence(l.slot);
     on_done(l.index, l.stats);
   };
@@ -131,16 +190,37 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
     l.wants_decode = true;
   };
 
-  while (next < requests.size() || !live.empty()) {
-    if (keep_going && !keep_going()) {
+  for (;;) {
+    if (!source.open()) {
       for (auto& l : live) finish(*l, StopReason::kCallback);
       break;
     }
-    while (std::ssize(live) < n_seq_ && next < requests.size()) {
-      const int32_t slot = engine_.add_sequence();
-      live.push_back(std::make_unique<Live>(next, requests[next], slot, tokenizer_));
+    for (auto& l : live)
+      if (!source.wanted(l->index)) finish(*l, StopReason::kCallback);
+    std::erase_if(live, [](const std::unique_ptr<Live>& l) { return l->finished; });
+    int64_t reused = 0;
+    while (std::ssize(live) < n_seq_) {
+      const std::optional<RequestSource::Next> next = source.next();
+      if (!next) break;
+      check_prompt(next->id, *next->request);
+      int32_t slot = 0;
+      int64_t keep = 0;
+      if (reuse_prefixes_) {
+        std::tie(slot, keep) = choose_slot(next->request->prompt);
+        engine_.add_sequence(slot, keep);
+      } else {
+        slot = engine_.add_sequence();
+      }
+      slots_[size_t(slot)].live = true;
+      live.push_back(std::make_unique<Live>(next->id, *next->request, slot, tokenizer_));
+      live.back()->fed = live.back()->pos = keep;
+      live.back()->stats.reused_prompt_tokens = keep;
+      reused += keep;
       ++totals.requests;
-      ++next;
+    }
+    if (live.empty()) {
+      if (source.wait()) continue;
+      break;
     }
     totals.max_live = std::max(totals.max_live, std::ssize(live));
     // Decode rows first, one per sequence; prompt chunks in the order requests came, in the rows left.
@@ -153,6 +233,7 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
       batch.add(l->slot, l->pos, l->history.back(), true);
       l->logit_row = n_logits++;
     }
+    const int64_t n_decode = batch.size();
     int64_t room = std::max<int64_t>(step_rows_ - batch.size(), 1);
     for (auto& l : live) {
       const int64_t left = l->stats.prompt_tokens - l->fed;
@@ -165,7 +246,17 @@ BatchTotals BatchGenerator::run(std::span<const BatchRequest> requests, const Te
         if (last) l->logit_row = n_logits++;
       }
     }
+    const auto step_start = Clock::now();
     engine_.forward(batch, logits.data());
+    if (on_step) {
+      StepReport report;
+      report.live = std::ssize(live);
+      report.decode_rows = n_decode;
+      report.prompt_rows = batch.size() - n_decode;
+      report.reused_tokens = reused;
+      report.seconds = seconds_between(step_start, Clock::now());
+      on_step(report);
+    }
     ++totals.steps;
     totals.rows += batch.size();
     for (auto& l : live) {

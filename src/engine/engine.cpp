@@ -34,6 +34,13 @@ int32_t Engine::add_sequence() const {
   return sequence;
 }
 
+int32_t Engine::add_sequence(int32_t sequence, int64_t keep) const {
+  CHRONOS_CHECK_MSG(runner_ != nullptr, "an engine without a runner");
+  runner_->add_sequence(sequence, keep);
+  begin_request(sequence);
+  return sequence;
+}
+
 void Engine::remove_sequence(int32_t sequence) const { runner_->remove_sequence(sequence); }
 
 }  // namespace chronos

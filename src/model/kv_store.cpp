@@ -105,6 +105,16 @@ int32_t KvStore::allocate() {
   return slot;
 }
 
+int32_t KvStore::allocate(int32_t slot, int64_t keep) {
+  if (slot < 0 || slot >= n_slots_) throw_error("KV store: there is no slot {} (the store has {})", slot, n_slots_);
+  if (in_use(slot)) throw_error("KV store: slot {} is in use", slot);
+  if (keep < 0 || keep >= n_ctx_)
+    throw_error("KV store: cannot keep {} positions of slot {} (the context holds {})", keep, slot, n_ctx_);
+  in_use_[size_t(slot)] = 1;
+  length_[size_t(slot)] = keep;
+  return slot;
+}
+
 void KvStore::free(int32_t slot) {
   if (!in_use(slot)) throw_error("KV store: sequence {} is not in use (the store has {} slots)", slot, n_slots_);
   in_use_[size_t(slot)] = 0;

@@ -26,6 +26,7 @@ class CpuRunner final : public ModelRunner {
     model_.forward(tokens, pos, kv_, *scratch_, pool_, logits, all_logits, hooks_);
   }
   int32_t add_sequence() override { return kv_.allocate(); }
+  int32_t add_sequence(int32_t seq, int64_t keep) override { return kv_.allocate(seq, keep); }
   void remove_sequence(int32_t seq) override { kv_.free(seq); }
   void forward(const Batch& batch, float* logits) override {
     model_.forward(batch, kv_, *scratch_, pool_, logits, hooks_);

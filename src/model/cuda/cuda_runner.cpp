@@ -584,6 +584,7 @@ class CudaRunner final : public ModelRunner {
     model_.forward(tokens, pos, ops_.kv(), ops_, state_, logits, all_logits, hooks_);
   }
   int32_t add_sequence() override { return ops_.kv().allocate(); }
+  int32_t add_sequence(int32_t seq, int64_t keep) override { return ops_.kv().allocate(seq, keep); }
   void remove_sequence(int32_t seq) override { ops_.kv().free(seq); }
   void forward(const Batch& batch, float* logits) override {
     backend_.make_current();
