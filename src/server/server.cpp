@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -249,6 +250,7 @@ struct Server::Impl {
   httplib::Server http;
   std::thread http_thread, engine_thread;
   std::atomic<size_t> next_id{0};
+  int listen_socket = -1;
   bool started = false;
 
   void engine_loop();
@@ -530,6 +532,12 @@ void Server::Impl::answer_stream(const std::shared_ptr<Job>& job, httplib::Respo
 
 void Server::Impl::install_routes() {
   http.set_payload_max_length(size_t(options.max_body_bytes));
+  // The library listens with a backlog of 5: more clients connecting at once lose their SYN and
+  // retry a second later. The socket is remembered here and given a real backlog after binding.
+  http.set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_socket = sock;
+  });
   // Enough threads that every running and queued request holds one and a few more are left for
   // /health and /metrics, so a full server still answers 503 at once.
   const size_t n_threads = size_t(options.n_seq + options.max_queue + 4);
@@ -597,6 +605,7 @@ int Server::start() {
   } else if (!s.http.bind_to_port(s.options.host, port)) {
     throw_error("serve: cannot listen on {}:{} (in use, or not an address of this machine)", s.options.host, port);
   }
+  if (s.listen_socket >= 0) ::listen(s.listen_socket, SOMAXCONN);
   s.started = true;
   s.engine_thread = std::thread([&s] { s.engine_loop(); });
   s.http_thread = std::thread([&s] { s.http.listen_after_bind(); });

@@ -253,5 +253,143 @@ TEST_F(BatchGenerate, EndsAsGenerateEnds) {
   EXPECT_EQ(calls, 0);
 }
 
+// Requests that arrive while others run: request k is let in once `arrive[k]` steps have run (or
+// at once when nothing is live), as a server's queue lets them in; `leave_after` ends one request
+// by its client going away after that many steps.
+class ArrivingSource final : public RequestSource {
+ public:
+  ArrivingSource(std::span<const BatchRequest> requests, std::vector<int64_t> arrive)
+      : requests_(requests), arrive_(std::move(arrive)) {}
+  std::optional<Next> next() override {
+    if (next_ == requests_.size() || arrive_[next_] > steps) return std::nullopt;
+    const size_t i = next_++;
+    return Next{i, &requests_[i]};
+  }
+  bool wait() override {
+    if (next_ == requests_.size()) return false;
+    steps = std::max(steps, arrive_[next_]);
+    return true;
+  }
+  bool wanted(size_t id) override { return !(id == leaving && steps >= leave_after); }
+  int64_t steps = 0;
+  size_t leaving = SIZE_MAX;
+  int64_t leave_after = 0;
+
+ private:
+  std::span<const BatchRequest> requests_;
+  std::vector<int64_t> arrive_;
+  size_t next_ = 0;
+};
+
+TEST_F(BatchGenerate, RequestsJoinARunningBatchAndOneLeaves) {
+  const fs::path dir = fixture("mixtral-f32");
+  const auto model = Model::load(dir);
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const std::vector<BatchRequest> requests = requests_for(dir, tokenizer, model->config());
+  const std::vector<Outcome> expected = alone(*model, tokenizer, requests, 128);
+  ThreadPool pool(2);
+  BatchGenerator generator(*model, tokenizer, make_cpu_runner(*model, pool, 128, 5, {}, 3), 3, 5);
+  ArrivingSource source(requests, {0, 3, 4, 9, 10, 30});
+  source.leaving = 1;
+  source.leave_after = 6;
+  std::vector<Outcome> got(requests.size());
+  std::vector<int64_t> joined_beside;  // sequences live in each step
+  generator.run(
+      source,
+      [&](size_t i, std::string_view text) {
+        got[i].text += text;
+        return true;
+      },
+      [&](size_t i, const GenerateStats& stats) {
+        got[i].tokens = stats.tokens;
+        got[i].reason = stats.stop_reason;
+        got[i].generated = stats.generated_tokens;
+      },
+      [&](const StepReport& step) {
+        ++source.steps;
+        joined_beside.push_back(step.live);
+      });
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i == 1) continue;
+    EXPECT_EQ(got[i], expected[i]) << "request " << i;
+  }
+  // Request 1 left after step 6: what it got is the start of what it gets alone.
+  EXPECT_EQ(got[1].reason, StopReason::kCallback);
+  EXPECT_LT(got[1].generated, expected[1].generated);
+  ASSERT_LE(got[1].tokens.size(), expected[1].tokens.size());
+  EXPECT_TRUE(std::equal(got[1].tokens.begin(), got[1].tokens.end(), expected[1].tokens.begin()));
+  EXPECT_EQ(*std::max_element(joined_beside.begin(), joined_beside.end()), 3) << "requests joined live ones";
+}
+
+// Which of a prompt's tokens a slot that last held `cached` keeps: the shared prefix, at least one
+// prompt token left to run; for a model whose slots cannot be rewound, all of it or nothing.
+int64_t kept(const std::vector<int32_t>& cached, const std::vector<int32_t>& prompt, bool continue_only) {
+  const auto [c, p] = std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end());
+  const int64_t keep = std::min<int64_t>(c - cached.begin(), std::ssize(prompt) - 1);
+  return continue_only && keep != std::ssize(cached) ? 0 : keep;
+}
+
+class PrefixReuse : public BatchGenerate {};
+
+TEST_P(PrefixReuse, EachRequestGetsWhatItGetsAloneAndRunsOnlyWhatIsNew) {
+  const fs::path dir = fixture(GetParam());
+  const auto model = Model::load(dir);
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+  const ModelConfig& cfg = model->config();
+  const bool continue_only = cfg.has_recurrent_layers() || std::any_of(cfg.layers.begin(), cfg.layers.end(),
+                                                                       [](const LayerKind& l) { return l.window > 0; });
+  const std::vector<BatchRequest> base = requests_for(dir, tokenizer, cfg);
+  // A: a 12-token prompt; B: A's first 9 tokens, then others; C: B again; D: C's prompt and what
+  // C generates (a turn that continues the conversation); E: unrelated.
+  BatchRequest a = base[1];
+  a.options.max_new_tokens = 6;
+  BatchRequest b = a;
+  b.prompt.resize(9);
+  for (int32_t t : base[0].prompt) b.prompt.push_back(t);
+  BatchRequest c = b;
+  std::vector<BatchRequest> requests = {a, b, c};
+  const std::vector<Outcome> first = alone(*model, tokenizer, requests, 128);
+  BatchRequest d = c;
+  d.prompt.insert(d.prompt.end(), first[2].tokens.begin(), first[2].tokens.end());
+  d.prompt.push_back(base[0].prompt.back());
+  requests.push_back(d);
+  requests.push_back(base[3]);
+  const std::vector<Outcome> expected = alone(*model, tokenizer, requests, 128);
+
+  // One slot: each request takes the slot the one before it left.
+  ThreadPool pool(2);
+  BatchGenerator generator(*model, tokenizer, make_cpu_runner(*model, pool, 128, 5, {}, 1), 1, 5);
+  generator.reuse_prefixes(true);
+  std::vector<Outcome> got(requests.size());
+  std::vector<int64_t> reused(requests.size(), -1);
+  generator.run(
+      requests,
+      [&](size_t i, std::string_view text) {
+        got[i].text += text;
+        return true;
+      },
+      [&](size_t i, const GenerateStats& stats) {
+        got[i].tokens = stats.tokens;
+        got[i].reason = stats.stop_reason;
+        got[i].generated = stats.generated_tokens;
+        reused[i] = stats.reused_prompt_tokens;
+      });
+  std::vector<int32_t> cached;  // what the slot holds: a request's prompt and all but its last token
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got[i], expected[i]) << GetParam() << ": request " << i;
+    EXPECT_EQ(reused[i], kept(cached, requests[i].prompt, continue_only)) << GetParam() << ": request " << i;
+    cached = requests[i].prompt;
+    cached.insert(cached.end(), expected[i].tokens.begin(), expected[i].tokens.end() - 1);
+  }
+  EXPECT_EQ(reused[3], std::ssize(requests[2].prompt) + std::ssize(expected[2].tokens) - 1)
+      << "a conversation's next turn continues the last one's KV";
+  if (!continue_only) {
+    EXPECT_EQ(reused[1], 9);
+    EXPECT_EQ(reused[2], std::ssize(requests[2].prompt) - 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixReuse, ::testing::Values("mixtral-f32", "gpt_oss-f32", "qwen3_next-f32"));
+
 }  // namespace
 }  // namespace chronos
