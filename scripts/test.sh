@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
+bash scripts/client_venv.sh   # the openai client of the serve tests (PyPI)
 bash scripts/check_format.sh
 jobs=$(nproc)
 cmake --preset release >/dev/null

@@ -98,7 +98,9 @@ Command register_serve(CLI::App& app) {
   add_session_flags(sub, args->session);
   add_chat_flags(sub, args->session.chat_flags);
   sub->add_option("--host", args->host, "Address to listen on (loopback by default)")->capture_default_str();
-  sub->add_option("--port", args->port, "Port to listen on")->capture_default_str()->check(count_in(1, 65535));
+  sub->add_option("--port", args->port, "Port to listen on (0: any free port, printed on stderr)")
+      ->capture_default_str()
+      ->check(count_in(0, 65535));
   sub->add_option("--api-key", args->api_key, "Require `Authorization: Bearer KEY` on every endpoint but /health");
   sub->add_option("--alias", args->alias, "The model's name in /v1/models and requests (default: its folder's name)");
   sub->add_option("--parallel", args->parallel, "Sequences generated at once (KV slots)")

@@ -223,7 +223,7 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body) {
   }
   if (!has_input) bad(chat ? "messages" : "prompt", chat ? "'messages' is required" : "'prompt' is required");
   if (tool_choice == "none") r.tools = Json();
-  if (!r.include_usage && j.contains("stream_options") && !r.stream)
+  if (j.contains("stream_options") && !j["stream_options"].is_null() && !r.stream)
     bad("stream_options", "'stream_options' is only allowed with 'stream': true");
   return r;
 }
