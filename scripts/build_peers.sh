@@ -65,7 +65,7 @@ build() {
          -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
   fi
   cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa[@]}" \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF "${launcher[@]}" >&2
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON "${launcher[@]}" >&2
   cmake --build "$out" --target "${targets[@]}" >&2
 }
 
@@ -73,7 +73,7 @@ for peer in "${peers[@]}"; do
   case "$peer" in
     llama.cpp)
       src="$(fetch llama-cpp-python 0.3.36)/vendor/llama.cpp"
-      build "$src" llama-bench llama-quantize llama-imatrix llama-completion
+      build "$src" llama-bench llama-quantize llama-imatrix llama-completion llama-server
       ;;
     ik_llama.cpp)
       src="$(fetch ik-llama-cpp-python 0.1.5)/vendor/ik_llama.cpp"
