@@ -66,6 +66,9 @@ class HarmonySplitter final : public ReplySplitter {
   bool analysis_;  // the current body's channel is analysis
 };
 
+// Whether a rendered chat prompt is in harmony's format (it holds <|start|> and <|message|>).
+bool is_harmony_prompt(std::string_view rendered_prompt);
+
 // The splitter for a chat reply to `rendered_prompt`: harmony when the prompt is in harmony's
 // format (it holds <|start|> and <|message|>), else the reasoning tags.
 std::unique_ptr<ReplySplitter> make_reply_splitter(std::string_view rendered_prompt);

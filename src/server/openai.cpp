@@ -386,6 +386,41 @@ ParsedReply parse_tool_calls(std::string_view reply) {
   return out;
 }
 
+ParsedReply parse_harmony_tool_calls(std::string_view raw, std::string_view content) {
+  constexpr std::string_view kMessage = "<|message|>", kCall = "<|call|>", kRecipient = "to=functions.";
+  ParsedReply out;
+  out.content = content;
+  size_t at = 0;
+  while (at < raw.size()) {
+    const size_t message = raw.find(kMessage, at);
+    if (message == std::string_view::npos) break;
+    const size_t start = raw.rfind("<|start|>", message);
+    const size_t header_begin = start == std::string_view::npos || start < at ? at : start;
+    const std::string_view header = raw.substr(header_begin, message - header_begin);
+    const size_t body_begin = message + kMessage.size();
+    size_t body_end = raw.size(), next = raw.size();
+    for (const std::string_view end : {std::string_view("<|end|>"), std::string_view("<|return|>"), kCall}) {
+      const size_t e = raw.find(end, body_begin);
+      if (e < body_end) body_end = e, next = e + end.size();
+    }
+    const size_t recipient = header.find(kRecipient);
+    if (recipient != std::string_view::npos && raw.substr(body_end).starts_with(kCall)) {
+      std::string_view name = header.substr(recipient + kRecipient.size());
+      name = name.substr(0, std::min(name.find(' '), name.find("<|")));
+      const std::string_view body = trim(raw.substr(body_begin, body_end - body_begin));
+      const Json args = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (!name.empty() && !args.is_discarded()) {
+        out.tool_calls.push_back({std::string(name), args.dump()});
+        if (const size_t in_content = out.content.find(body); in_content != std::string::npos)
+          out.content.erase(in_content, body.size());
+      }
+    }
+    at = next;
+  }
+  if (!out.tool_calls.empty()) out.content = std::string(trim(out.content));
+  return out;
+}
+
 size_t tool_call_start(std::string_view text) {
   size_t start = text.size();
   for (std::string_view m : kOpenMarkers) {

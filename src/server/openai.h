@@ -80,6 +80,11 @@ struct ParsedReply {
 // parse, or is not closed, stays in the content.
 ParsedReply parse_tool_calls(std::string_view reply);
 
+// gpt-oss's harmony tool calls: the messages whose header names `to=functions.NAME`, their body the
+// arguments, ended by <|call|>. `raw_reply` is the reply with its markers; `content` the answer a
+// HarmonySplitter made of it, which holds those bodies (commentary channel): they are taken out.
+ParsedReply parse_harmony_tool_calls(std::string_view raw_reply, std::string_view content);
+
 // Where a tool-call block may begin in `text`: the first opening marker, or a tail that may be the
 // start of one (text.size() when neither). A streamed reply holds its content back from there.
 size_t tool_call_start(std::string_view text);

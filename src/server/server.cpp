@@ -53,6 +53,7 @@ struct Job {
   size_t id = 0;
   Endpoint endpoint = Endpoint::kChat;
   bool stream = false, include_usage = false, tools = false;
+  bool harmony = false;  // gpt-oss: tool calls are harmony messages to functions.NAME
   BatchRequest request;
   std::unique_ptr<ReplySplitter> splitter;  // a chat reply's reasoning apart from its answer
   std::string completion_id;
@@ -204,12 +205,15 @@ void reply_error(httplib::Response& res, const ApiError& e) {
 // the reply ends (tools given), when the calls are parsed out of it.
 class StreamedAnswer {
  public:
-  explicit StreamedAnswer(bool tools) : tools_(tools) {}
-  // The content that can go out now.
-  std::string push(std::string_view content) {
+  // harmony: a tool call is a message of its own, known only from the raw reply at its end; with
+  // tools the whole answer is held until then.
+  StreamedAnswer(bool tools, bool harmony) : tools_(tools), harmony_(harmony) {}
+  // The content that can go out now; raw is the reply's text with its markers.
+  std::string push(std::string_view content, std::string_view raw) {
+    raw_ += raw;
     if (!tools_) return std::string(content);
     held_ += content;
-    if (in_call_) return {};
+    if (in_call_ || harmony_) return {};
     const size_t start = tool_call_start(held_);
     std::string out = held_.substr(0, start);
     held_.erase(0, start);
@@ -217,13 +221,14 @@ class StreamedAnswer {
     return out;
   }
   ParsedReply finish() {
-    ParsedReply r = parse_tool_calls(held_);
+    ParsedReply r = harmony_ ? parse_harmony_tool_calls(raw_, held_) : parse_tool_calls(held_);
     held_.clear();
     return r;
   }
 
  private:
-  bool tools_;
+  bool tools_, harmony_;
+  std::string raw_;
   bool in_call_ = false;
   std::string held_;
 };
@@ -336,6 +341,7 @@ std::shared_ptr<Job> Server::Impl::make_job(Endpoint endpoint, const std::string
       const std::string rendered = tokenizer.apply_chat_template(chat, options.chat_template);
       r.prompt = tokenizer.encode(rendered, /*add_special_tokens=*/false);
       job->splitter = make_reply_splitter(rendered);
+      job->harmony = is_harmony_prompt(rendered);
       job->completion_id = random_id("chatcmpl-");
     } else {
       r.prompt = api.prompt ? tokenizer.encode(*api.prompt, /*add_special_tokens=*/true) : api.prompt_ids;
@@ -416,7 +422,8 @@ void Server::Impl::answer_whole(Job& job, httplib::Response& res) {
     parts.content += rest.content;
     Json message = {{"role", "assistant"}};
     if (job.tools) {
-      const ParsedReply parsed = parse_tool_calls(parts.content);
+      const ParsedReply parsed =
+          job.harmony ? parse_harmony_tool_calls(job.text, parts.content) : parse_tool_calls(parts.content);
       message["content"] = parsed.content;
       if (!parsed.tool_calls.empty()) {
         message["tool_calls"] = tool_calls_json(parsed.tool_calls, false);
@@ -445,7 +452,7 @@ void Server::Impl::answer_whole(Job& job, httplib::Response& res) {
 void Server::Impl::answer_stream(const std::shared_ptr<Job>& job, httplib::Response& res) {
   res.set_header("Cache-Control", "no-cache");
   const bool chat = job->endpoint == Endpoint::kChat;
-  auto answer = std::make_shared<StreamedAnswer>(job->tools);
+  auto answer = std::make_shared<StreamedAnswer>(job->tools, job->harmony);
   auto started = std::make_shared<bool>(false);
   // One chunk object with `delta` (chat) or `text` (completions).
   const auto chunk = [this, job, chat](const Json& delta, const Json& reason) {
@@ -484,20 +491,20 @@ void Server::Impl::answer_stream(const std::shared_ptr<Job>& job, httplib::Respo
           out += chunk({{"role", "assistant"}, {"content", ""}}, nullptr);
           *started = true;
         }
-        const auto add_parts = [&](const ReasoningParts& parts) {
+        const auto add_parts = [&](const ReasoningParts& parts, std::string_view raw) {
           if (!parts.reasoning.empty()) out += chunk({{"reasoning_content", parts.reasoning}}, nullptr);
-          const std::string content = answer->push(parts.content);
+          const std::string content = answer->push(parts.content, raw);
           if (!content.empty()) out += chunk({{"content", content}}, nullptr);
         };
         if (chat) {
-          if (!text.empty()) add_parts(job->splitter->push(text));
+          if (!text.empty()) add_parts(job->splitter->push(text), text);
         } else if (!text.empty()) {
           out += chunk({{"content", text}}, nullptr);
         }
         if (done) {
           std::string reason = finish_reason(job->stats.stop_reason);
           if (chat) {
-            add_parts(job->splitter->finish());
+            add_parts(job->splitter->finish(), {});
             const ParsedReply parsed = answer->finish();
             if (!parsed.content.empty()) out += chunk({{"content", parsed.content}}, nullptr);
             if (!parsed.tool_calls.empty()) {

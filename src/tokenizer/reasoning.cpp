@@ -125,10 +125,13 @@ ReasoningParts HarmonySplitter::drain(bool final) {
   return out;
 }
 
+bool is_harmony_prompt(std::string_view prompt) {
+  return prompt.find(kStart) != std::string_view::npos && prompt.find(kMessage) != std::string_view::npos;
+}
+
 std::unique_ptr<ReplySplitter> make_reply_splitter(std::string_view prompt) {
+  if (!is_harmony_prompt(prompt)) return std::make_unique<ReasoningSplitter>(prompt_opens_reasoning(prompt));
   const size_t start = prompt.rfind(kStart);
-  if (start == std::string_view::npos || prompt.find(kMessage) == std::string_view::npos)
-    return std::make_unique<ReasoningSplitter>(prompt_opens_reasoning(prompt));
   const std::string_view last = prompt.substr(start + kStart.size());
   const size_t message = last.find(kMessage);
   if (message == std::string_view::npos) return std::make_unique<HarmonySplitter>();

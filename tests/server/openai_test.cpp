@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "chronos/reasoning.h"
+
 namespace chronos::server {
 namespace {
 
@@ -108,6 +110,30 @@ TEST(ToolCalls, EachTemplateFamilysSyntax) {
   EXPECT_EQ(two.tool_calls[0].arguments, R"({"x":1})");
   EXPECT_EQ(two.tool_calls[1].name, "b");
   EXPECT_EQ(two.content, "");
+}
+
+TEST(ToolCalls, HarmonyMessagesToFunctions) {
+  // As gpt-oss writes them after `<|start|>assistant`: reasoning, a call in either header order, an
+  // unfinished call (no <|call|>), which stays content.
+  const std::string raw =
+      "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>"
+      "<|start|>assistant to=functions.get_time<|channel|>commentary json<|message|>{}<|call|>"
+      "<|start|>assistant<|channel|>commentary to=functions.broken json<|message|>{\"x\":";
+  HarmonySplitter splitter;
+  ReasoningParts parts = splitter.push(raw);
+  const ReasoningParts rest = splitter.finish();
+  parts.content += rest.content;
+  parts.reasoning += rest.reasoning;
+  EXPECT_EQ(parts.reasoning, "Need the weather.");
+  const ParsedReply r = parse_harmony_tool_calls(raw, parts.content);
+  ASSERT_EQ(r.tool_calls.size(), 2u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(r.tool_calls[0].arguments), Json({{"city", "Paris"}}));
+  EXPECT_EQ(r.tool_calls[1].name, "get_time");
+  EXPECT_EQ(r.tool_calls[1].arguments, "{}");
+  EXPECT_EQ(r.content, "{\"x\":") << "the unfinished call is left as it was";
+  EXPECT_TRUE(parse_harmony_tool_calls("<|channel|>final<|message|>Hello.<|return|>", "Hello.").tool_calls.empty());
 }
 
 TEST(ToolCalls, WhatDoesNotParseStaysContent) {
