@@ -66,6 +66,11 @@ struct Job {
   bool refused = false;  // never ran: the server stopped first
   GenerateStats stats;
   std::atomic<bool> cancelled{false};
+  // The steps it was live in (engine thread only until done): their count, wall time, and the expert
+  // reads and stalls of those steps (shared with every sequence of the step).
+  int64_t steps = 0;
+  double step_seconds = 0.0, stall_seconds = 0.0;
+  int64_t bytes_read = 0, expert_lookups = 0, expert_hits = 0;
 };
 
 // The requests waiting for a KV slot and those holding one, shared by the HTTP threads (push) and
@@ -130,6 +135,11 @@ class JobQueue final : public RequestSource {
     for (auto& [id, job] : live_) end_unrun(*job);
     live_.clear();
   }
+  template <typename Fn>
+  void for_each_live(Fn&& fn) {
+    std::lock_guard lock(m_);
+    for (auto& [id, job] : live_) fn(*job);
+  }
   std::pair<int64_t, int64_t> depth() {
     std::lock_guard lock(m_);
     return {std::ssize(live_), std::ssize(waiting_)};
@@ -167,12 +177,24 @@ Json usage_of(const GenerateStats& s) {
           {"prompt_tokens_details", {{"cached_tokens", s.reused_prompt_tokens}}}};
 }
 
-Json timings_of(const GenerateStats& s) {
-  return {{"prompt_n", s.prompt_tokens},
-          {"prompt_ms", s.prefill_seconds * 1e3},
-          {"predicted_n", s.generated_tokens},
-          {"predicted_ms", (s.time_to_first_token_seconds - s.prefill_seconds + s.decode_seconds) * 1e3},
-          {"predicted_per_second", s.decode_tokens_per_second()}};
+// A request's own counters (llama-server's `timings` names where they exist).
+Json timings_of(const Job& job) {
+  const GenerateStats& s = job.stats;
+  Json t = {{"prompt_n", s.prompt_tokens},
+            {"prompt_reused_n", s.reused_prompt_tokens},
+            {"prompt_ms", s.prefill_seconds * 1e3},
+            {"predicted_n", s.generated_tokens},
+            {"predicted_ms", (s.time_to_first_token_seconds - s.prefill_seconds + s.decode_seconds) * 1e3},
+            {"predicted_per_second", s.decode_tokens_per_second()},
+            {"steps", job.steps},
+            {"step_ms", job.step_seconds * 1e3}};
+  if (job.expert_lookups > 0) {
+    t["expert_lookups"] = job.expert_lookups;
+    t["expert_hit_rate"] = double(job.expert_hits) / double(job.expert_lookups);
+    t["expert_bytes_read"] = job.bytes_read;
+    t["expert_stall_ms"] = job.stall_seconds * 1e3;
+  }
+  return t;
 }
 
 Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
@@ -286,10 +308,21 @@ void Server::Impl::engine_loop() {
     }
     queue.retire(id);
   };
+  StreamerStats before = streamer ? streamer->stats() : StreamerStats{};
   const auto on_step = [&](const StepReport& step) {
     const auto [live, waiting] = queue.depth();
-    metrics.step(step, waiting, streamer ? std::optional<StreamerStats>(streamer->stats()) : std::nullopt);
     (void)live;
+    const StreamerStats now = streamer ? streamer->stats() : StreamerStats{};
+    queue.for_each_live([&](Job& job) {
+      ++job.steps;
+      job.step_seconds += step.seconds;
+      job.stall_seconds += now.stall_seconds - before.stall_seconds;
+      job.bytes_read += now.prefetch.bytes_read - before.prefetch.bytes_read;
+      job.expert_lookups += now.lookups - before.lookups;
+      job.expert_hits += now.hits - before.hits;
+    });
+    before = now;
+    metrics.step(step, waiting, streamer ? std::optional<StreamerStats>(now) : std::nullopt);
   };
   try {
     generator.run(queue, on_text, on_done, on_step);
@@ -445,7 +478,7 @@ void Server::Impl::answer_whole(Job& job, httplib::Response& res) {
                      {"model", options.model_id},
                      {"choices", Json::array({choice})},
                      {"usage", usage_of(s)},
-                     {"timings", timings_of(s)}};
+                     {"timings", timings_of(job)}};
   reply_json(res, 200, body);
 }
 
@@ -455,22 +488,23 @@ void Server::Impl::answer_stream(const std::shared_ptr<Job>& job, httplib::Respo
   auto answer = std::make_shared<StreamedAnswer>(job->tools, job->harmony);
   auto started = std::make_shared<bool>(false);
   // One chunk object with `delta` (chat) or `text` (completions).
-  const auto chunk = [this, job, chat](const Json& delta, const Json& reason) {
+  const auto chunk_object = [this, job, chat](const Json& delta, const Json& reason) {
     Json choice = {{"index", 0}};
     if (chat)
       choice["delta"] = delta;
     else
       choice["text"] = delta.value("content", ""), choice["logprobs"] = nullptr;
     choice["finish_reason"] = reason;
-    return sse({{"id", job->completion_id},
+    return Json{{"id", job->completion_id},
                 {"object", chat ? "chat.completion.chunk" : "text_completion"},
                 {"created", job->created},
                 {"model", options.model_id},
-                {"choices", Json::array({choice})}});
+                {"choices", Json::array({choice})}};
   };
+  const auto chunk = [chunk_object](const Json& delta, const Json& reason) { return sse(chunk_object(delta, reason)); };
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, chat, answer, started, chunk, this](size_t, httplib::DataSink& sink) {
+      [job, chat, answer, started, chunk, chunk_object, this](size_t, httplib::DataSink& sink) {
         std::string text;
         bool done = false;
         {
@@ -512,7 +546,10 @@ void Server::Impl::answer_stream(const std::shared_ptr<Job>& job, httplib::Respo
               reason = "tool_calls";
             }
           }
-          out += chunk(Json::object(), reason);
+          // The request's own counters beside its last chunk, as llama-server puts its timings.
+          Json last = chunk_object(Json::object(), reason);
+          last["timings"] = timings_of(*job);
+          out += sse(last);
           if (job->include_usage) {
             out += sse({{"id", job->completion_id},
                         {"object", chat ? "chat.completion.chunk" : "text_completion"},
