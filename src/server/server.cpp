@@ -111,11 +111,11 @@ class JobQueue final : public RequestSource {
     std::lock_guard lock(m_);
     return !closed_;
   }
-  bool wanted(size_t id) override { return !job(id).cancelled; }
+  bool wanted(size_t id) override { return !job(id)->cancelled; }
 
-  Job& job(size_t id) {
+  std::shared_ptr<Job> job(size_t id) {
     std::lock_guard lock(m_);
-    return *live_.at(id);
+    return live_.at(id);
   }
   void retire(size_t id) {
     std::lock_guard lock(m_);
@@ -291,22 +291,21 @@ struct Server::Impl {
 
 void Server::Impl::engine_loop() {
   const auto on_text = [&](size_t id, std::string_view text) {
-    Job& job = queue.job(id);
-    std::lock_guard lock(job.m);
-    job.text += text;
-    job.cv.notify_all();
-    return !job.cancelled;
+    const std::shared_ptr<Job> job = queue.job(id);
+    std::lock_guard lock(job->m);
+    job->text += text;
+    job->cv.notify_all();
+    return !job->cancelled;
   };
   const auto on_done = [&](size_t id, const GenerateStats& stats) {
-    Job& job = queue.job(id);
+    // Out of the live set before its client hears it is done (a /metrics after the reply counts it gone).
+    const std::shared_ptr<Job> job = queue.job(id);
     metrics.request_done(stats);
-    {
-      std::lock_guard lock(job.m);
-      job.stats = stats;
-      job.done = true;
-      job.cv.notify_all();
-    }
     queue.retire(id);
+    std::lock_guard lock(job->m);
+    job->stats = stats;
+    job->done = true;
+    job->cv.notify_all();
   };
   StreamerStats before = streamer ? streamer->stats() : StreamerStats{};
   const auto on_step = [&](const StepReport& step) {
