@@ -39,7 +39,7 @@ std::string model_id(const ServeArgs& args, const std::filesystem::path& dir) {
   return is_gguf_path(p) ? p.stem().string() : p.filename().string();
 }
 
-int run_serve(const ServeArgs& args, bool n_predict_given) {
+int run_serve(const ServeArgs& args, bool n_predict_given, bool seed_given) {
   const GenerateArgs& g = args.session;
   if (g.verbose) spdlog::set_level(spdlog::level::debug);
   if (!g.chat_flags.messages_file.empty() || !g.chat_flags.tools_file.empty())
@@ -60,6 +60,7 @@ int run_serve(const ServeArgs& args, bool n_predict_given) {
   options.chat_kwargs = chat_flags_request.kwargs;
   Session s = open_session(g);
   options.defaults = s.options;
+  options.random_seed = !seed_given;
   // Without -n a request without max_tokens may fill its context.
   if (!n_predict_given) options.defaults.max_new_tokens = s.n_ctx;
   options.host = args.host;
@@ -115,7 +116,8 @@ Command register_serve(CLI::App& app) {
   sub->add_flag("--no-prefix-reuse", args->no_prefix_reuse,
                 "Run every prompt whole (by default a prompt that begins with the tokens a finished sequence left in "
                 "its KV slot continues from them)");
-  return Command{sub, [args, sub] { return run_serve(*args, sub->count("--n-predict") > 0); }};
+  return Command{sub,
+                 [args, sub] { return run_serve(*args, sub->count("--n-predict") > 0, sub->count("--seed") > 0); }};
 }
 
 }  // namespace chronos::cli

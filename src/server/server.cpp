@@ -277,10 +277,18 @@ struct Server::Impl {
   httplib::Server http;
   std::thread http_thread, engine_thread;
   std::atomic<size_t> next_id{0};
+  std::mutex failure_m;
+  std::string failure;  // why the engine thread stopped, if it did
   int listen_socket = -1;
   bool started = false;
 
   void engine_loop();
+  // Why a job ended without running: the engine failed (500) or the server is stopping (503).
+  ApiError unrun_error() {
+    std::lock_guard lock(failure_m);
+    if (!failure.empty()) return ApiError(500, "the engine stopped: " + failure, "server_error", "", "engine_stopped");
+    return ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
+  }
   void install_routes();
   bool authorized(const httplib::Request& req, httplib::Response& res);
   std::shared_ptr<Job> make_job(Endpoint endpoint, const std::string& body);
@@ -327,6 +335,10 @@ void Server::Impl::engine_loop() {
     generator.run(queue, on_text, on_done, on_step);
   } catch (const std::exception& e) {
     spdlog::error("serve: the engine stopped: {}", e.what());
+    {
+      std::lock_guard lock(failure_m);
+      failure = e.what();
+    }
     queue.close();
     queue.end_live();
   }
@@ -410,7 +422,12 @@ std::shared_ptr<Job> Server::Impl::make_job(Endpoint endpoint, const std::string
   if (api.top_p) p.top_p = *api.top_p;
   if (api.min_p) p.min_p = *api.min_p;
   if (api.repeat_penalty) p.repetition_penalty = *api.repeat_penalty;
-  if (api.seed) p.seed = *api.seed;
+  if (api.seed) {
+    p.seed = *api.seed;
+  } else if (options.random_seed) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    p.seed = rng();
+  }
   if (api.stop) r.options.stop_strings = *api.stop;
   if (api.ignore_eos) r.options.ignore_eos = *api.ignore_eos;
   try {
@@ -425,6 +442,8 @@ void Server::Impl::complete(Endpoint endpoint, const httplib::Request& req, http
   const char* name = endpoint == Endpoint::kChat ? "chat" : "completions";
   try {
     std::shared_ptr<Job> job = make_job(endpoint, req.body);
+    if (std::lock_guard lock(failure_m); !failure.empty())
+      throw ApiError(500, "the engine stopped: " + failure, "server_error", "", "engine_stopped");
     if (!queue.push(job))
       throw ApiError(503, "the server is busy: every sequence slot and the queue are full; retry later", "server_error",
                      "", "server_busy");
@@ -443,7 +462,7 @@ void Server::Impl::complete(Endpoint endpoint, const httplib::Request& req, http
 void Server::Impl::answer_whole(Job& job, httplib::Response& res) {
   std::unique_lock lock(job.m);
   job.cv.wait(lock, [&] { return job.done; });
-  if (job.refused) throw ApiError(503, "the server is stopping", "server_error", "", "server_stopping");
+  if (job.refused) throw unrun_error();
   const GenerateStats& s = job.stats;
   Json choice = {{"index", 0}};
   std::string reason = finish_reason(s.stop_reason);
@@ -514,7 +533,7 @@ void Server::Impl::answer_stream(const std::shared_ptr<Job>& job, httplib::Respo
         }
         std::string out;
         if (job->refused) {
-          out = sse(error_body(ApiError(503, "the server is stopping", "server_error", "", "server_stopping")));
+          out = sse(error_body(unrun_error()));
           out += "data: [DONE]\n\n";
           sink.write(out.data(), out.size());
           sink.done();
@@ -583,7 +602,7 @@ void Server::Impl::install_routes() {
   });
   // Enough threads that every running and queued request holds one and a few more are left for
   // /health and /metrics, so a full server still answers 503 at once.
-  const size_t n_threads = size_t(options.n_seq + options.max_queue + 4);
+  const size_t n_threads = size_t(std::min<int64_t>(options.n_seq + options.max_queue + 4, 1024));
   http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
@@ -610,8 +629,12 @@ void Server::Impl::install_routes() {
     }
     reply_error(res, ApiError(500, "internal error: " + what, "server_error"));
   });
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    reply_json(res, 200, {{"status", "ok"}});
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(failure_m);
+    if (failure.empty())
+      reply_json(res, 200, {{"status", "ok"}});
+    else
+      reply_json(res, 503, {{"status", "error"}, {"message", "the engine stopped: " + failure}});
   });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const Json model_object = {{"id", options.model_id},

@@ -29,6 +29,7 @@ struct ServerOptions {
   int64_t max_queue = 16;  // requests waiting beyond them; more get 503
   int64_t max_body_bytes = int64_t(4) << 20;
   GenerateOptions defaults;   // sampling, stop strings, EOS ids and max_new_tokens of the flags
+  bool random_seed = true;    // a request without a seed draws one (false: the defaults' seed)
   std::string chat_template;  // another template than the model's (empty: the model's)
   nlohmann::ordered_json chat_kwargs = nlohmann::ordered_json::object();  // template variables of the flags
 };

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "chronos/batch_generate.h"
+#include "chronos/error.h"
 #include "chronos/generate.h"
 #include "chronos/model.h"
 #include "chronos/model_runner.h"
@@ -45,8 +46,13 @@ class StepGate {
  public:
   void pass() {
     std::unique_lock lock(m_);
+    if (fail_) throw Error("the test failed this step");
     cv_.wait_for(lock, std::chrono::seconds(30), [&] { return permits_ > 0; });
     if (permits_ > 0) --permits_;
+  }
+  void fail() {
+    std::lock_guard lock(m_);
+    fail_ = true;
   }
   void allow(int64_t steps) {
     std::lock_guard lock(m_);
@@ -58,6 +64,7 @@ class StepGate {
   std::mutex m_;
   std::condition_variable cv_;
   int64_t permits_ = int64_t(1) << 40;
+  bool fail_ = false;
 };
 
 // A model, its generator and a server on a free loopback port.
@@ -332,6 +339,21 @@ TEST_F(Serve, BadRequestsGetAnErrorObject) {
   }
   // The server still serves.
   EXPECT_EQ(post("/v1/completions", {{"prompt", "A"}, {"max_tokens", 3}})["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(Serve, AnEngineThatFailsAnswers500AndHealthSaysSo) {
+  start(2, 2);
+  EXPECT_EQ(post("/v1/completions", {{"prompt", "A"}, {"max_tokens", 2}})["usage"]["completion_tokens"], 2);
+  gate_.fail();
+  for (int i = 0; i < 2; ++i) {  // the request in flight, then one after
+    const Json r = post("/v1/completions", {{"prompt", "The river"}, {"max_tokens", 2}}, 500);
+    EXPECT_EQ(r["error"]["code"], "engine_stopped") << r;
+    EXPECT_NE(r["error"]["message"].get<std::string>().find("the test failed this step"), std::string::npos) << r;
+  }
+  const httplib::Result health = client()->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Json::parse(health->body)["status"], "error");
 }
 
 TEST_F(Serve, AnApiKeyIsRequiredWhenSet) {
