@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +31,18 @@ struct GenerateOptions {
   // Called before every forward step with the position of its first token (after the streamer's
   // own step, when one is attached).
   std::function<void(int64_t pos)> on_step;
+};
+
+// What one request of many (a --jsonl line, a server request) sets over the defaults' options.
+struct RequestOverrides {
+  std::optional<int64_t> max_tokens;
+  std::optional<float> temperature, top_p, min_p, repeat_penalty;
+  std::optional<int64_t> top_k;
+  std::optional<uint64_t> seed;
+  std::optional<std::vector<std::string>> stop;
+  std::optional<bool> ignore_eos;
+  // The fields that are set, written over `options`.
+  void apply(GenerateOptions& options) const;
 };
 
 enum class StopReason { kMaxTokens, kEos, kStopString, kContextFull, kCallback };

@@ -56,12 +56,7 @@ struct JsonlLine {
   std::optional<std::string> prompt;
   std::optional<nlohmann::ordered_json> messages;
   nlohmann::ordered_json id;  // echoed in its output line when given
-  std::optional<int64_t> max_tokens;
-  std::optional<float> temperature, top_p, min_p, repeat_penalty;
-  std::optional<int64_t> top_k;
-  std::optional<uint64_t> seed;
-  std::optional<std::vector<std::string>> stop;
-  std::optional<bool> ignore_eos;
+  RequestOverrides set;       // over the flags'
 };
 
 // Parses --jsonl's text: each non-blank line one object with "prompt" (a string) or "messages" (a
@@ -110,21 +105,21 @@ std::vector<JsonlLine> parse_jsonl(const std::string& text, const std::string& s
       } else if (key == "id") {
         l.id = value;
       } else if (key == "max_tokens" || key == "n_predict") {
-        if (l.max_tokens) fail("give one of \"max_tokens\" and \"n_predict\"");
-        l.max_tokens = integer_of(key, 0, kMaxNewTokens);
+        if (l.set.max_tokens) fail("give one of \"max_tokens\" and \"n_predict\"");
+        l.set.max_tokens = integer_of(key, 0, kMaxNewTokens);
       } else if (key == "temperature") {
-        l.temperature = float(number_of(key, 0.0, 1e6));
+        l.set.temperature = float(number_of(key, 0.0, 1e6));
       } else if (key == "top_p") {
-        l.top_p = float(number_of(key, 0.0, 1.0));
+        l.set.top_p = float(number_of(key, 0.0, 1.0));
       } else if (key == "min_p") {
-        l.min_p = float(number_of(key, 0.0, 1.0));
+        l.set.min_p = float(number_of(key, 0.0, 1.0));
       } else if (key == "repeat_penalty") {
-        l.repeat_penalty = float(number_of(key, 1e-6, 1e6));
+        l.set.repeat_penalty = float(number_of(key, 1e-6, 1e6));
       } else if (key == "top_k") {
-        l.top_k = integer_of(key, 0, int64_t(1) << 31);
+        l.set.top_k = integer_of(key, 0, int64_t(1) << 31);
       } else if (key == "seed") {
         if (!value.is_number_unsigned()) fail("\"seed\" must be a non-negative integer");
-        l.seed = value.get<uint64_t>();
+        l.set.seed = value.get<uint64_t>();
       } else if (key == "stop") {
         std::vector<std::string> stops;
         if (value.is_string()) {
@@ -139,10 +134,10 @@ std::vector<JsonlLine> parse_jsonl(const std::string& text, const std::string& s
         }
         for (const std::string& stop : stops)
           if (stop.empty()) fail("\"stop\": a stop string is empty");
-        l.stop = std::move(stops);
+        l.set.stop = std::move(stops);
       } else if (key == "ignore_eos") {
         if (!value.is_boolean()) fail("\"ignore_eos\" must be true or false");
-        l.ignore_eos = value.get<bool>();
+        l.set.ignore_eos = value.get<bool>();
       } else {
         fail(
             fmt::format("unknown field \"{}\" (known: prompt, messages, id, max_tokens, n_predict, temperature, "
@@ -201,16 +196,7 @@ int run_generate_jsonl(const GenerateArgs& args) {
       fail_line(fmt::format("the prompt is {} tokens, but the context holds {} (raise --ctx-size, at most {})",
                             r.prompt.size(), s.n_ctx, s.model->config().n_ctx_train));
     r.options = s.options;
-    if (l.max_tokens) r.options.max_new_tokens = *l.max_tokens;
-    SamplingParams& p = r.options.sampling;
-    if (l.temperature) p.temperature = *l.temperature;
-    if (l.top_k) p.top_k = *l.top_k;
-    if (l.top_p) p.top_p = *l.top_p;
-    if (l.min_p) p.min_p = *l.min_p;
-    if (l.repeat_penalty) p.repetition_penalty = *l.repeat_penalty;
-    if (l.seed) p.seed = *l.seed;
-    if (l.stop) r.options.stop_strings = *l.stop;
-    if (l.ignore_eos) r.options.ignore_eos = *l.ignore_eos;
+    l.set.apply(r.options);
   }
 
   const int64_t n_seq = std::min<int64_t>(args.parallel.value_or(4), std::ssize(requests));

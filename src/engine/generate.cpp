@@ -19,6 +19,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+void RequestOverrides::apply(GenerateOptions& options) const {
+  if (max_tokens) options.max_new_tokens = *max_tokens;
+  SamplingParams& p = options.sampling;
+  if (temperature) p.temperature = *temperature;
+  if (top_k) p.top_k = *top_k;
+  if (top_p) p.top_p = *top_p;
+  if (min_p) p.min_p = *min_p;
+  if (repeat_penalty) p.repetition_penalty = *repeat_penalty;
+  if (seed) p.seed = *seed;
+  if (stop) options.stop_strings = *stop;
+  if (ignore_eos) options.ignore_eos = *ignore_eos;
+}
+
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {
     case StopReason::kMaxTokens: return "max_tokens";

@@ -170,27 +170,27 @@ CompletionRequest parse_request(Endpoint endpoint, std::string_view body) {
       has_input = true;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       if (v.is_null()) continue;
-      if (r.max_tokens) bad(key, "give one of 'max_tokens' and 'max_completion_tokens'");
-      r.max_tokens = integer_of(v, key, 0, kMaxTokensLimit);
+      if (r.set.max_tokens) bad(key, "give one of 'max_tokens' and 'max_completion_tokens'");
+      r.set.max_tokens = integer_of(v, key, 0, kMaxTokensLimit);
     } else if (key == "temperature") {
-      if (!v.is_null()) r.temperature = float(number_of(v, key, 0.0, 100.0));
+      if (!v.is_null()) r.set.temperature = float(number_of(v, key, 0.0, 100.0));
     } else if (key == "top_p") {
-      if (!v.is_null()) r.top_p = float(number_of(v, key, 0.0, 1.0));
+      if (!v.is_null()) r.set.top_p = float(number_of(v, key, 0.0, 1.0));
     } else if (key == "min_p") {
-      if (!v.is_null()) r.min_p = float(number_of(v, key, 0.0, 1.0));
+      if (!v.is_null()) r.set.min_p = float(number_of(v, key, 0.0, 1.0));
     } else if (key == "repeat_penalty" || key == "repetition_penalty") {
-      if (!v.is_null()) r.repeat_penalty = float(number_of(v, key, 1e-3, 100.0));
+      if (!v.is_null()) r.set.repeat_penalty = float(number_of(v, key, 1e-3, 100.0));
     } else if (key == "top_k") {
-      if (!v.is_null()) r.top_k = integer_of(v, key, 0, int64_t(1) << 31);
+      if (!v.is_null()) r.set.top_k = integer_of(v, key, 0, int64_t(1) << 31);
     } else if (key == "seed") {
       if (v.is_null()) continue;
       if (!v.is_number_integer()) bad(key, "'seed' must be an integer");
       // OpenAI's seeds may be negative; the bits are the seed.
-      r.seed = v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
+      r.set.seed = v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
     } else if (key == "stop") {
-      r.stop = stops_of(v);
+      r.set.stop = stops_of(v);
     } else if (key == "ignore_eos") {
-      r.ignore_eos = bool_of(v, key);
+      r.set.ignore_eos = bool_of(v, key);
     } else if (key == "stream") {
       if (!v.is_null()) r.stream = bool_of(v, key);
     } else if (key == "stream_options") {

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chronos/generate.h"
+
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -48,12 +50,7 @@ struct CompletionRequest {
   // /v1/completions: text, or token ids
   std::optional<std::string> prompt;
   std::vector<int32_t> prompt_ids;
-  std::optional<int64_t> max_tokens;
-  std::optional<float> temperature, top_p, min_p, repeat_penalty;
-  std::optional<int64_t> top_k;
-  std::optional<uint64_t> seed;
-  std::optional<std::vector<std::string>> stop;
-  std::optional<bool> ignore_eos;
+  RequestOverrides set;  // max_tokens, sampling, stop, ignore_eos
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };

@@ -406,30 +406,19 @@ std::shared_ptr<Job> Server::Impl::make_job(Endpoint endpoint, const std::string
         400,
         fmt::format("the prompt is {} tokens, but the context holds {} (the server's --ctx-size)", n_prompt, n_ctx),
         "invalid_request_error", input, "context_length_exceeded");
+  if (api.set.max_tokens && n_prompt + *api.set.max_tokens > n_ctx)
+    throw ApiError(400,
+                   fmt::format("the prompt ({} tokens) and max_tokens ({}) exceed the context of {} tokens", n_prompt,
+                               *api.set.max_tokens, n_ctx),
+                   "invalid_request_error", "max_tokens", "context_length_exceeded");
   r.options = options.defaults;
-  if (api.max_tokens) {
-    if (n_prompt + *api.max_tokens > n_ctx)
-      throw ApiError(400,
-                     fmt::format("the prompt ({} tokens) and max_tokens ({}) exceed the context of {} tokens", n_prompt,
-                                 *api.max_tokens, n_ctx),
-                     "invalid_request_error", "max_tokens", "context_length_exceeded");
-    r.options.max_new_tokens = *api.max_tokens;
+  if (!api.set.seed && options.random_seed) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    r.options.sampling.seed = rng();
   }
+  api.set.apply(r.options);
   r.options.max_new_tokens = std::min(r.options.max_new_tokens, n_ctx - n_prompt);
   SamplingParams& p = r.options.sampling;
-  if (api.temperature) p.temperature = *api.temperature;
-  if (api.top_k) p.top_k = *api.top_k;
-  if (api.top_p) p.top_p = *api.top_p;
-  if (api.min_p) p.min_p = *api.min_p;
-  if (api.repeat_penalty) p.repetition_penalty = *api.repeat_penalty;
-  if (api.seed) {
-    p.seed = *api.seed;
-  } else if (options.random_seed) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    p.seed = rng();
-  }
-  if (api.stop) r.options.stop_strings = *api.stop;
-  if (api.ignore_eos) r.options.ignore_eos = *api.ignore_eos;
   try {
     validate_sampling(p);
   } catch (const Error& e) {

@@ -253,6 +253,27 @@ TEST_F(BatchGenerate, EndsAsGenerateEnds) {
   EXPECT_EQ(calls, 0);
 }
 
+// Each request's outcome and reused prompt tokens, as a run's callbacks report them.
+struct Collected {
+  explicit Collected(size_t n) : got(n), reused(n, -1) {}
+  BatchGenerator::TextFn text() {
+    return [this](size_t i, std::string_view piece) {
+      got[i].text += piece;
+      return true;
+    };
+  }
+  BatchGenerator::DoneFn done() {
+    return [this](size_t i, const GenerateStats& stats) {
+      got[i].tokens = stats.tokens;
+      got[i].reason = stats.stop_reason;
+      got[i].generated = stats.generated_tokens;
+      reused[i] = stats.reused_prompt_tokens;
+    };
+  }
+  std::vector<Outcome> got;
+  std::vector<int64_t> reused;
+};
+
 // Requests that arrive while others run: request k is let in once `arrive[k]` steps have run (or
 // at once when nothing is live), as a server's queue lets them in; `leave_after` ends one request
 // by its client going away after that many steps.
@@ -292,23 +313,13 @@ TEST_F(BatchGenerate, RequestsJoinARunningBatchAndOneLeaves) {
   ArrivingSource source(requests, {0, 3, 4, 9, 10, 30});
   source.leaving = 1;
   source.leave_after = 6;
-  std::vector<Outcome> got(requests.size());
+  Collected run(requests.size());
+  std::vector<Outcome>& got = run.got;
   std::vector<int64_t> joined_beside;  // sequences live in each step
-  generator.run(
-      source,
-      [&](size_t i, std::string_view text) {
-        got[i].text += text;
-        return true;
-      },
-      [&](size_t i, const GenerateStats& stats) {
-        got[i].tokens = stats.tokens;
-        got[i].reason = stats.stop_reason;
-        got[i].generated = stats.generated_tokens;
-      },
-      [&](const StepReport& step) {
-        ++source.steps;
-        joined_beside.push_back(step.live);
-      });
+  generator.run(source, run.text(), run.done(), [&](const StepReport& step) {
+    ++source.steps;
+    joined_beside.push_back(step.live);
+  });
   for (size_t i = 0; i < requests.size(); ++i) {
     if (i == 1) continue;
     EXPECT_EQ(got[i], expected[i]) << "request " << i;
@@ -360,20 +371,10 @@ TEST_P(PrefixReuse, EachRequestGetsWhatItGetsAloneAndRunsOnlyWhatIsNew) {
   ThreadPool pool(2);
   BatchGenerator generator(*model, tokenizer, make_cpu_runner(*model, pool, 128, 5, {}, 1), 1, 5);
   generator.reuse_prefixes(true);
-  std::vector<Outcome> got(requests.size());
-  std::vector<int64_t> reused(requests.size(), -1);
-  generator.run(
-      requests,
-      [&](size_t i, std::string_view text) {
-        got[i].text += text;
-        return true;
-      },
-      [&](size_t i, const GenerateStats& stats) {
-        got[i].tokens = stats.tokens;
-        got[i].reason = stats.stop_reason;
-        got[i].generated = stats.generated_tokens;
-        reused[i] = stats.reused_prompt_tokens;
-      });
+  Collected run(requests.size());
+  generator.run(requests, run.text(), run.done());
+  const std::vector<Outcome>& got = run.got;
+  const std::vector<int64_t>& reused = run.reused;
   std::vector<int32_t> cached;  // what the slot holds: a request's prompt and all but its last token
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(got[i], expected[i]) << GetParam() << ": request " << i;

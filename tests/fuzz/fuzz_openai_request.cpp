@@ -24,8 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         CHRONOS_FUZZ_CHECK(r.prompt.has_value() != !r.prompt_ids.empty() || (r.prompt && r.prompt_ids.empty()),
                            "a completions request with no prompt or two");
       }
-      if (r.max_tokens) CHRONOS_FUZZ_CHECK(*r.max_tokens >= 0, "negative max_tokens");
-      if (r.top_p) CHRONOS_FUZZ_CHECK(*r.top_p >= 0 && *r.top_p <= 1, "top_p out of range");
+      if (r.set.max_tokens) CHRONOS_FUZZ_CHECK(*r.set.max_tokens >= 0, "negative max_tokens");
+      if (r.set.top_p) CHRONOS_FUZZ_CHECK(*r.set.top_p >= 0 && *r.set.top_p <= 1, "top_p out of range");
     } catch (const ApiError& e) {
       CHRONOS_FUZZ_CHECK(e.status == 400, "status %d", e.status);
       CHRONOS_FUZZ_CHECK(std::string_view(e.what()).size() > 0, "an error without a message");

@@ -22,11 +22,11 @@ TEST(OpenAiRequest, TakesWhatClientsSend) {
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})");
   EXPECT_EQ(*r.model, "m");
   EXPECT_EQ(r.messages[1]["content"], "Hi there") << "text parts are joined for the template";
-  EXPECT_EQ(*r.max_tokens, 9);
-  EXPECT_FLOAT_EQ(*r.temperature, 0.5f);
-  EXPECT_EQ(*r.top_k, 40);
-  EXPECT_EQ(*r.seed, uint64_t(-3));
-  EXPECT_EQ(*r.stop, std::vector<std::string>{"\n\n"});
+  EXPECT_EQ(*r.set.max_tokens, 9);
+  EXPECT_FLOAT_EQ(*r.set.temperature, 0.5f);
+  EXPECT_EQ(*r.set.top_k, 40);
+  EXPECT_EQ(*r.set.seed, uint64_t(-3));
+  EXPECT_EQ(*r.set.stop, std::vector<std::string>{"\n\n"});
   EXPECT_TRUE(r.stream && r.include_usage);
   EXPECT_EQ(r.chat_kwargs["enable_thinking"], false);
   EXPECT_EQ(r.chat_kwargs["reasoning_effort"], "low");
