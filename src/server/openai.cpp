@@ -288,19 +288,24 @@ bool equals_parameters(std::string_view s, Json& out) {
   return true;
 }
 
+// A call's arguments as text; bytes that are not UTF-8 (a reply cut inside a character) replaced.
+std::string text_of(const Json& args) { return args.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 // The body of a <tool_call> block as one call, in whichever syntax it is.
 std::optional<ToolCall> tool_call_body(std::string_view body) {
   body = trim(body);
   if (body.starts_with('{')) {
     const Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return std::nullopt;
+    if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j["name"].is_string() ||
+        j["name"].get<std::string>().empty())
+      return std::nullopt;
     Json args = j.contains("arguments") ? j["arguments"] : j.value("parameters", Json::object());
     if (args.is_string()) {  // already text: keep it if it is JSON
       const Json parsed = Json::parse(args.get<std::string>(), nullptr, false);
       if (parsed.is_discarded()) return std::nullopt;
       args = parsed;
     }
-    return ToolCall{j["name"].get<std::string>(), args.dump()};
+    return ToolCall{j["name"].get<std::string>(), text_of(args)};
   }
   Json args = Json::object();
   if (body.starts_with("<function=")) {
@@ -311,7 +316,7 @@ std::optional<ToolCall> tool_call_body(std::string_view body) {
     if (!trim(body.substr(end + 11)).empty()) return std::nullopt;
     const std::string name(trim(body.substr(0, gt)));
     if (name.empty() || !equals_parameters(body.substr(gt + 1, end - gt - 1), args)) return std::nullopt;
-    return ToolCall{name, args.dump()};
+    return ToolCall{name, text_of(args)};
   }
   // GLM: the name, then key/value pairs.
   const size_t first = body.find('<');
@@ -320,7 +325,7 @@ std::optional<ToolCall> tool_call_body(std::string_view body) {
   if (first != std::string_view::npos &&
       !key_values(body.substr(first), "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", args))
     return std::nullopt;
-  return ToolCall{name, args.dump()};
+  return ToolCall{name, text_of(args)};
 }
 
 // The <invoke> elements of a MiniMax block.
@@ -343,7 +348,9 @@ std::optional<std::vector<ToolCall>> invokes(std::string_view body) {
       args[std::string(params.substr(0, q))] = value_of(params.substr(q + 2, e - q - 2));
       params.remove_prefix(e + 12);
     }
-    calls.push_back({std::string(trim(body.substr(0, quote))), args.dump()});
+    const std::string name(trim(body.substr(0, quote)));
+    if (name.empty()) return std::nullopt;
+    calls.push_back({name, text_of(args)});
     body.remove_prefix(end + 9);
   }
   if (calls.empty()) return std::nullopt;
@@ -410,7 +417,7 @@ ParsedReply parse_harmony_tool_calls(std::string_view raw, std::string_view cont
       const std::string_view body = trim(raw.substr(body_begin, body_end - body_begin));
       const Json args = Json::parse(body, nullptr, /*allow_exceptions=*/false);
       if (!name.empty() && !args.is_discarded()) {
-        out.tool_calls.push_back({std::string(name), args.dump()});
+        out.tool_calls.push_back({std::string(name), text_of(args)});
         if (const size_t in_content = out.content.find(body); in_content != std::string::npos)
           out.content.erase(in_content, body.size());
       }
