@@ -39,7 +39,7 @@ for n in 1 2 4 8 16; do
   echo "$(load "llama-server resident" "$n" $pid)"
   stop $pid
 
-  "$bin" serve -m "$pack" --expert-cache 25% --on-miss wait --port $port --parallel "$n" -c 512 -t 2 2>/dev/null &
+  "$bin" serve -m "$pack" --expert-cache 25% --on-miss wait --port $port --parallel "$n" -c 512 -t 2 2>>/tmp/serve_side_by_side.log &
   pid=$!; wait_up
   python3 tools/serve_load.py --url "http://127.0.0.1:$port" --clients 1 --requests 1 --max-tokens 8 --json >/dev/null
   line=$(load "chronos pack 25% wait" "$n" $pid)

@@ -587,6 +587,9 @@ void Server::Impl::install_routes() {
   // retry a second later. The socket is remembered here and given a real backlog after binding.
   http.set_socket_options([this](int sock) {
     httplib::default_socket_options(sock);
+    // A server restarted on its port while the last one's connections linger in TIME_WAIT binds.
+    const int on = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
     listen_socket = sock;
   });
   // Enough threads that every running and queued request holds one and a few more are left for
