@@ -263,6 +263,10 @@ void BM_MatmulBlock(benchmark::State& state) {
                  std::to_string(pool.size()) + " threads");
 }
 BENCHMARK(BM_MatmulBlock)
+    ->ArgsProduct({{2, 3, 4, 5, 6, 8, 10, 12, 14}, {1}, {0, 5, 6, 7, 3, 1}, {1}})
+    ->ArgNames({"tokens", "threads", "dtype", "int8"})
+    ->UseRealTime();
+BENCHMARK(BM_MatmulBlock)
     ->ArgsProduct({{16, 17, 19, 32, 128}, {1, 0}, {0, 1, 5, 6, 11, 12, 13, 15, 17}, {0, 1}})
     ->ArgNames({"tokens", "threads", "dtype", "int8"})
     ->Unit(benchmark::kMillisecond)

@@ -39,6 +39,15 @@ struct VnniDot {
     if (is_iq_grid_type(d)) return 1;
     return d == DType::kIQ4_XS || (block_elements_of(d) == 32 && d != DType::kQ8_0) ? 2 : 3;
   }
+  // A whole matmul of fewer tokens than this skips the panels: its groups of 4 tokens decode each
+  // block once per group (predecoded_rows) and cost less than one panel of 16 until about 10 tokens
+  // for the K types and 5 for Q8_0 (BM_MatmulBlock at 2-14 tokens). That is the batched decode of a
+  // server: 2-6 rows per expert.
+  static constexpr int64_t tile_fewest(DType d) {
+    if (is_iq_grid_type(d) || d == DType::kIQ4_XS) return tile_shortest(d);
+    if (block_elements_of(d) == 256) return 10;
+    return d == DType::kQ8_0 ? 5 : tile_shortest(d);
+  }
   template <DType D>
   static int64_t token_tiles(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols,
                              int64_t n_tokens, int64_t row_begin, int64_t row_end);
@@ -52,6 +61,7 @@ struct VnniDot {
 template <DType D>
 int64_t VnniDot::token_tiles(float* y, const uint8_t* xq, const uint8_t* w, int64_t rows, int64_t cols,
                              int64_t n_tokens, int64_t row_begin, int64_t row_end) {
+  if (n_tokens < tile_fewest(D)) return 0;
   const int64_t whole = n_tokens / kTileTokens * kTileTokens;
   const int64_t tiled = n_tokens - whole >= tile_shortest(D) ? n_tokens : whole;
   if (tiled == 0) return 0;
