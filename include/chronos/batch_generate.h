@@ -65,11 +65,10 @@ class RequestSource {
 
 // One step of a run, reported after its forward.
 struct StepReport {
-  int64_t live = 0;           // sequences holding a slot
-  int64_t decode_rows = 0;    // one per decoding sequence
-  int64_t prompt_rows = 0;    // prompt chunks
-  int64_t reused_tokens = 0;  // prompt tokens of sequences started this step that an earlier one's KV held
-  double seconds = 0.0;       // the forward's wall time
+  int64_t live = 0;         // sequences holding a slot
+  int64_t decode_rows = 0;  // one per decoding sequence
+  int64_t prompt_rows = 0;  // prompt chunks
+  double seconds = 0.0;     // the forward's wall time
 };
 
 class BatchGenerator {

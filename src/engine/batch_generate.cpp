@@ -156,7 +156,7 @@ BatchTotals BatchGenerator::run(RequestSource& source, const TextFn& on_text, co
     totals.generated_tokens += l.stats.generated_tokens;
     SlotHistory& slot = slots_[size_t(l.slot)];
     slot.live = false;
-    slot.tokens.assign(l.history.begin(), l.history.begin() + l.pos);
+    if (reuse_prefixes_) slot.tokens.assign(l.history.begin(), l.history.begin() + l.pos);
     slot.released = ++releases_;
     engine_.remove_sequence(l.slot);
     on_done(l.index, l.stats);
@@ -198,7 +198,6 @@ BatchTotals BatchGenerator::run(RequestSource& source, const TextFn& on_text, co
     for (auto& l : live)
       if (!source.wanted(l->index)) finish(*l, StopReason::kCallback);
     std::erase_if(live, [](const std::unique_ptr<Live>& l) { return l->finished; });
-    int64_t reused = 0;
     while (std::ssize(live) < n_seq_) {
       const std::optional<RequestSource::Next> next = source.next();
       if (!next) break;
@@ -215,7 +214,6 @@ BatchTotals BatchGenerator::run(RequestSource& source, const TextFn& on_text, co
       live.push_back(std::make_unique<Live>(next->id, *next->request, slot, tokenizer_));
       live.back()->fed = live.back()->pos = keep;
       live.back()->stats.reused_prompt_tokens = keep;
-      reused += keep;
       ++totals.requests;
     }
     if (live.empty()) {
@@ -253,7 +251,6 @@ BatchTotals BatchGenerator::run(RequestSource& source, const TextFn& on_text, co
       report.live = std::ssize(live);
       report.decode_rows = n_decode;
       report.prompt_rows = batch.size() - n_decode;
-      report.reused_tokens = reused;
       report.seconds = seconds_between(step_start, Clock::now());
       on_step(report);
     }

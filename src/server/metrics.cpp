@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 namespace chronos::server {
 namespace {
 
@@ -33,14 +31,13 @@ void Metrics::request_done(const GenerateStats& stats) {
   first_token_seconds_ += stats.time_to_first_token_seconds;
 }
 
-void Metrics::step(const StepReport& step, int64_t waiting, const std::optional<StreamerStats>& experts) {
+void Metrics::step(const StepReport& step, const std::optional<StreamerStats>& experts) {
   std::lock_guard lock(m_);
   ++steps_;
   decode_rows_ += step.decode_rows;
   prompt_rows_ += step.prompt_rows;
   last_live_ = step.live;
   last_rows_ = step.decode_rows + step.prompt_rows;
-  max_waiting_ = std::max(max_waiting_, waiting);
   step_seconds_ += step.seconds;
   if (experts) experts_ = experts;
 }

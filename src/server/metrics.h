@@ -23,8 +23,8 @@ class Metrics {
   // A request entered the queue with a prompt of n tokens.
   void request_queued(int64_t prompt_tokens);
   void request_done(const GenerateStats& stats);
-  // After each step, with the queue's waiting requests and the streamer's counters (a pack).
-  void step(const StepReport& step, int64_t waiting, const std::optional<StreamerStats>& experts);
+  // After each step, with the streamer's counters (a pack).
+  void step(const StepReport& step, const std::optional<StreamerStats>& experts);
   // The Prometheus text exposition, with the live and waiting requests now.
   std::string render(int64_t live, int64_t waiting) const;
 
@@ -33,7 +33,7 @@ class Metrics {
   std::map<std::pair<std::string, int>, int64_t> requests_;  // (endpoint, status) -> count
   int64_t queued_ = 0, finished_ = 0;
   int64_t prompt_tokens_ = 0, reused_prompt_tokens_ = 0, generated_tokens_ = 0;
-  int64_t steps_ = 0, decode_rows_ = 0, prompt_rows_ = 0, last_live_ = 0, last_rows_ = 0, max_waiting_ = 0;
+  int64_t steps_ = 0, decode_rows_ = 0, prompt_rows_ = 0, last_live_ = 0, last_rows_ = 0;
   double step_seconds_ = 0.0, first_token_seconds_ = 0.0;
   std::optional<StreamerStats> experts_;
 };

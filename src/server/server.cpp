@@ -239,7 +239,8 @@ class StreamedAnswer {
     const size_t start = tool_call_start(held_);
     std::string out = held_.substr(0, start);
     held_.erase(0, start);
-    in_call_ = tool_call_start(held_) == 0 && !held_.empty() && held_.find('>') != std::string::npos;
+    // What is held now begins a marker; once it is whole (its '>' is here) it is a call.
+    in_call_ = held_.find('>') != std::string::npos;
     return out;
   }
   ParsedReply finish() {
@@ -317,8 +318,6 @@ void Server::Impl::engine_loop() {
   };
   StreamerStats before = streamer ? streamer->stats() : StreamerStats{};
   const auto on_step = [&](const StepReport& step) {
-    const auto [live, waiting] = queue.depth();
-    (void)live;
     const StreamerStats now = streamer ? streamer->stats() : StreamerStats{};
     queue.for_each_live([&](Job& job) {
       ++job.steps;
@@ -329,7 +328,7 @@ void Server::Impl::engine_loop() {
       job.expert_hits += now.hits - before.hits;
     });
     before = now;
-    metrics.step(step, waiting, streamer ? std::optional<StreamerStats>(now) : std::nullopt);
+    metrics.step(step, streamer ? std::optional<StreamerStats>(now) : std::nullopt);
   };
   try {
     generator.run(queue, on_text, on_done, on_step);
